@@ -1,0 +1,101 @@
+/**
+ * The message bus port: publish with headers, subscribe (optionally in a queue group), request/reply
+ * and drain. Two adapters implement it, NATS and an embedded in-memory one, and one contract suite
+ * checks both. Hot paths (the edge, actors) use the callback forms; everything else gets Effects.
+ */
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type * as Stream from "effect/Stream"
+
+export type Headers = Readonly<Record<string, string>>
+
+export interface BusMessage {
+  readonly subject: string
+  /** Owned by the receiver; publishers must not mutate a buffer after publishing it. */
+  readonly data: Uint8Array
+  readonly reply: string | undefined
+  readonly header: (name: string) => string | undefined
+}
+
+export class BusError extends Data.TaggedError("BusError")<{
+  readonly reason: "Closed" | "Connect" | "Publish" | "Subscribe" | "Drain" | "Kv"
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+/** Nobody listens on the subject of a request. */
+export class NoResponders extends Data.TaggedError("NoResponders")<{ readonly subject: string }> {
+  override get message() {
+    return `no responders on ${this.subject}`
+  }
+}
+
+export class RequestTimeout extends Data.TaggedError("RequestTimeout")<{
+  readonly subject: string
+  readonly timeout: Duration.Duration
+}> {}
+
+export interface SubscribeOptions {
+  /** Members of one queue group share the messages: each goes to exactly one of them. */
+  readonly queue?: string
+}
+
+export interface RequestOptions {
+  readonly headers?: Headers
+  readonly timeout?: Duration.DurationInput
+}
+
+export interface BusShape {
+  readonly publish: (subject: string, data: Uint8Array | string, headers?: Headers) => Effect.Effect<void, BusError>
+  /** Synchronous publish for hot paths; throws a `BusError` only once the bus is closed. */
+  readonly unsafePublish: (subject: string, data: Uint8Array | string, headers?: Headers, reply?: string) => void
+  /**
+   * Calls `handler` for every message, in order, until the scope closes. The handler runs on the
+   * adapter's delivery path, so it must not block: hand work to a queue or fiber.
+   */
+  readonly subscribe: (
+    subject: string,
+    handler: (message: BusMessage) => void,
+    options?: SubscribeOptions
+  ) => Effect.Effect<void, BusError, Scope.Scope>
+  readonly stream: (subject: string, options?: SubscribeOptions) => Stream.Stream<BusMessage, BusError>
+  readonly request: (
+    subject: string,
+    data: Uint8Array | string,
+    options?: RequestOptions
+  ) => Effect.Effect<BusMessage, NoResponders | RequestTimeout | BusError>
+  /** Answers a request; does nothing for a message that carries no reply subject. */
+  readonly respond: (message: BusMessage, data: Uint8Array | string, headers?: Headers) => Effect.Effect<void, BusError>
+  /** Flushes what was published and stops all subscriptions. Idempotent. */
+  readonly drain: Effect.Effect<void>
+  /** Whether the bus can currently reach its peers (NATS connected; the embedded bus is always). */
+  readonly isConnected: () => boolean
+}
+
+export class Bus extends Context.Tag("@switchboard/bus/Bus")<Bus, BusShape>() {}
+
+export const DEFAULT_REQUEST_TIMEOUT = "5 seconds"
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+export const toBytes = (data: Uint8Array | string): Uint8Array => (typeof data === "string" ? encoder.encode(data) : data)
+export const text = (message: BusMessage): string => decoder.decode(message.data)
+
+/** `*` matches one token, `>` one or more trailing tokens, as in NATS. */
+export const subjectMatches = (pattern: string, subject: string): boolean => {
+  if (pattern === subject) return true
+  const p = pattern.split(".")
+  const s = subject.split(".")
+  for (let i = 0; i < p.length; i++) {
+    const token = p[i]
+    if (token === ">") return s.length > i
+    if (i >= s.length) return false
+    if (token !== "*" && token !== s[i]) return false
+  }
+  return p.length === s.length
+}
+
+export const isWildcard = (subject: string): boolean => subject.split(".").some((t) => t === "*" || t === ">")

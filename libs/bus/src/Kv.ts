@@ -1,0 +1,116 @@
+/**
+ * The key-value port, shaped after JetStream KV: `create` is an exclusive claim, `update` is
+ * compare-and-set on a revision, buckets may expire entries after a TTL, and `watch` streams
+ * changes. Keys are `.`-separated tokens, so `keys` and `watch` take subject-style filters.
+ */
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
+import type { BusError } from "./Bus.ts"
+
+export interface KvEntry {
+  readonly key: string
+  readonly value: Uint8Array
+  readonly revision: number
+  readonly operation: "PUT" | "DEL"
+}
+
+/** `create` found the key present, or `update`'s revision was not the latest. */
+export class KvConflict extends Data.TaggedError("KvConflict")<{
+  readonly key: string
+  readonly reason: "Exists" | "WrongRevision"
+}> {}
+
+export interface BucketOptions {
+  /** Entries older than this are removed. */
+  readonly ttl?: Duration.DurationInput
+  readonly history?: number
+  /** Replication factor in a NATS cluster; ignored by the embedded adapter. */
+  readonly replicas?: number
+}
+
+export interface WatchOptions {
+  /** A subject-style key filter; all keys when omitted. */
+  readonly key?: string
+  /** Replay the latest value of every matching key before live updates. */
+  readonly initial?: boolean
+}
+
+export interface KvBucketShape {
+  readonly name: string
+  /** The latest live value; deleted and expired keys are `None`. */
+  readonly get: (key: string) => Effect.Effect<Option.Option<KvEntry>, BusError>
+  readonly put: (key: string, value: Uint8Array | string) => Effect.Effect<number, BusError>
+  readonly create: (key: string, value: Uint8Array | string) => Effect.Effect<number, KvConflict | BusError>
+  readonly update: (key: string, value: Uint8Array | string, revision: number) => Effect.Effect<number, KvConflict | BusError>
+  readonly delete: (key: string) => Effect.Effect<void, BusError>
+  readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
+  readonly watch: (options?: WatchOptions) => Stream.Stream<KvEntry, BusError>
+}
+
+export interface KvShape {
+  /** Opens a bucket, creating it when missing. */
+  readonly bucket: (name: string, options?: BucketOptions) => Effect.Effect<KvBucketShape, BusError>
+}
+
+export class Kv extends Context.Tag("@switchboard/bus/Kv")<Kv, KvShape>() {}
+
+/** A bucket whose values are JSON documents of one Schema. */
+export interface TypedBucket<A> {
+  readonly raw: KvBucketShape
+  readonly get: (key: string) => Effect.Effect<Option.Option<{ readonly value: A; readonly revision: number }>, BusError>
+  readonly put: (key: string, value: A) => Effect.Effect<number, BusError>
+  readonly create: (key: string, value: A) => Effect.Effect<number, KvConflict | BusError>
+  readonly update: (key: string, value: A, revision: number) => Effect.Effect<number, KvConflict | BusError>
+  readonly delete: (key: string) => Effect.Effect<void, BusError>
+  readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
+  readonly values: (filter?: string) => Effect.Effect<ReadonlyArray<{ readonly key: string; readonly value: A }>, BusError>
+}
+
+const decoder = new TextDecoder()
+
+export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>): TypedBucket<A> => {
+  const codec = Schema.parseJson(schema)
+  const encode = Schema.encodeSync(codec)
+  const decode = Schema.decodeUnknownOption(codec)
+  const read = (entry: KvEntry) => decode(decoder.decode(entry.value))
+  const get = (key: string) =>
+    Effect.map(bucket.get(key), (entry) =>
+      Option.flatMap(entry, (e) => Option.map(read(e), (value) => ({ value, revision: e.revision })))
+    )
+  return {
+    raw: bucket,
+    get,
+    put: (key, value) => bucket.put(key, encode(value)),
+    create: (key, value) => bucket.create(key, encode(value)),
+    update: (key, value, revision) => bucket.update(key, encode(value), revision),
+    delete: bucket.delete,
+    keys: bucket.keys,
+    // Documents that no longer decode (an older shape) are skipped rather than failing the read.
+    values: (filter) =>
+      Effect.flatMap(bucket.keys(filter), (keys) =>
+        Effect.map(
+          Effect.forEach(keys, (key) => Effect.map(get(key), Option.map(({ value }) => ({ key, value }))), {
+            concurrency: 16
+          }),
+          (found) => found.flatMap(Option.toArray)
+        )
+      )
+  }
+}
+
+export const watchValues = <A, I>(
+  bucket: KvBucketShape,
+  schema: Schema.Schema<A, I>,
+  options?: WatchOptions
+): Stream.Stream<{ readonly key: string; readonly value: Option.Option<A> }, BusError> => {
+  const decode = Schema.decodeUnknownOption(Schema.parseJson(schema))
+  return Stream.map(bucket.watch(options), (e) => ({
+    key: e.key,
+    value: e.operation === "PUT" ? decode(decoder.decode(e.value)) : Option.none()
+  }))
+}

@@ -1,0 +1,288 @@
+/**
+ * The embedded bus and KV: the same ports as NATS, in one process, for `npm start` without a
+ * `NATS_URL` and for logic-only tests. Delivery is asynchronous and FIFO across the whole bus (one
+ * microtask-batched queue), so a handler that publishes never re-enters another handler, and
+ * per-publisher order holds as it does on NATS.
+ */
+import * as Chunk from "effect/Chunk"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import { randomUUID } from "node:crypto"
+import {
+  Bus,
+  BusError,
+  type BusMessage,
+  type BusShape,
+  DEFAULT_REQUEST_TIMEOUT,
+  type Headers,
+  isWildcard,
+  NoResponders,
+  RequestTimeout,
+  subjectMatches,
+  toBytes
+} from "./Bus.ts"
+import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
+
+interface Subscriber {
+  readonly subject: string
+  readonly queue: string | undefined
+  readonly handler: (message: BusMessage) => void
+}
+
+const noHeaders: Headers = {}
+
+class Message implements BusMessage {
+  constructor(
+    readonly subject: string,
+    readonly data: Uint8Array,
+    readonly headers: Headers,
+    readonly reply: string | undefined
+  ) {}
+  header(name: string): string | undefined {
+    return this.headers[name]
+  }
+}
+
+const closed = () => new BusError({ reason: "Closed", message: "the embedded bus is closed" })
+
+export const makeBus = (): BusShape => {
+  // Exact subjects are looked up in a map: actors subscribe one subject per connection, and a
+  // publish must not scan them all. Wildcard subscriptions are few and scanned.
+  const exact = new Map<string, Array<Subscriber>>()
+  const wildcard: Array<Subscriber> = []
+  const roundRobin = new Map<string, number>()
+  let pending: Array<Message> = []
+  let scheduled = false
+  let isClosed = false
+
+  const matching = (subject: string): Array<Subscriber> => {
+    const direct = exact.get(subject)
+    if (wildcard.length === 0) return direct ?? []
+    const found = direct ? direct.slice() : []
+    for (const s of wildcard) if (subjectMatches(s.subject, subject)) found.push(s)
+    return found
+  }
+
+  const deliver = (message: Message) => {
+    const subscribers = matching(message.subject)
+    let groups: Map<string, Array<Subscriber>> | undefined
+    for (const s of subscribers) {
+      if (s.queue === undefined) {
+        s.handler(message)
+      } else {
+        groups ??= new Map()
+        const members = groups.get(s.queue)
+        if (members) members.push(s)
+        else groups.set(s.queue, [s])
+      }
+    }
+    if (groups) {
+      for (const [queue, members] of groups) {
+        const key = `${queue} ${message.subject}`
+        const turn = roundRobin.get(key) ?? 0
+        roundRobin.set(key, turn + 1)
+        members[turn % members.length]!.handler(message)
+      }
+    }
+  }
+
+  const flush = () => {
+    scheduled = false
+    while (pending.length > 0) {
+      const batch = pending
+      pending = []
+      for (const message of batch) {
+        try {
+          deliver(message)
+        } catch (cause) {
+          // A throwing handler is a bug in that handler; it must not stop delivery to others.
+          console.error(`embedded bus: handler for ${message.subject} threw`, cause)
+        }
+      }
+    }
+  }
+
+  const unsafePublish = (subject: string, data: Uint8Array | string, headers?: Headers, reply?: string) => {
+    if (isClosed) throw closed()
+    pending.push(new Message(subject, toBytes(data), headers ?? noHeaders, reply))
+    if (!scheduled) {
+      scheduled = true
+      queueMicrotask(flush)
+    }
+  }
+
+  const publish = (subject: string, data: Uint8Array | string, headers?: Headers) =>
+    Effect.try({ try: () => unsafePublish(subject, data, headers), catch: () => closed() })
+
+  const add = (s: Subscriber) => {
+    if (isWildcard(s.subject)) {
+      wildcard.push(s)
+    } else {
+      const list = exact.get(s.subject)
+      if (list) list.push(s)
+      else exact.set(s.subject, [s])
+    }
+  }
+  const remove = (s: Subscriber) => {
+    if (isWildcard(s.subject)) {
+      const i = wildcard.indexOf(s)
+      if (i >= 0) wildcard.splice(i, 1)
+      return
+    }
+    const list = exact.get(s.subject)
+    if (!list) return
+    const i = list.indexOf(s)
+    if (i >= 0) list.splice(i, 1)
+    if (list.length === 0) exact.delete(s.subject)
+  }
+
+  const subscribe: BusShape["subscribe"] = (subject, handler, options) =>
+    Effect.acquireRelease(
+      Effect.suspend(() => {
+        if (isClosed) return Effect.fail(closed())
+        const s: Subscriber = { subject, queue: options?.queue, handler }
+        add(s)
+        return Effect.succeed(s)
+      }),
+      (s) => Effect.sync(() => remove(s))
+    ).pipe(Effect.asVoid)
+
+  const stream: BusShape["stream"] = (subject, options) =>
+    Stream.asyncScoped<BusMessage, BusError>((emit) =>
+      subscribe(subject, (m) => void emit.single(m), options)
+    )
+
+  const request: BusShape["request"] = (subject, data, options) => {
+    const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
+    return Effect.scoped(
+      Effect.gen(function*() {
+        if (matching(subject).length === 0) return yield* Effect.fail(new NoResponders({ subject }))
+        const inbox = `_INBOX.${randomUUID()}`
+        const answer = yield* Effect.async<BusMessage>((resume) => {
+          const s: Subscriber = { subject: inbox, queue: undefined, handler: (m) => resume(Effect.succeed(m)) }
+          add(s)
+          unsafePublish(subject, data, options?.headers, inbox)
+          return Effect.sync(() => remove(s))
+        }).pipe(
+          Effect.timeoutFail({ duration: timeout, onTimeout: () => new RequestTimeout({ subject, timeout }) })
+        )
+        return answer
+      })
+    )
+  }
+
+  const respond: BusShape["respond"] = (message, data, headers) =>
+    message.reply === undefined ? Effect.void : publish(message.reply, data, headers)
+
+  const drain = Effect.sync(() => {
+    if (isClosed) return
+    flush()
+    isClosed = true
+    exact.clear()
+    wildcard.length = 0
+  })
+
+  return { publish, unsafePublish, subscribe, stream, request, respond, drain, isConnected: () => !isClosed }
+}
+
+interface Stored {
+  readonly value: Uint8Array
+  readonly revision: number
+  readonly operation: "PUT" | "DEL"
+  readonly at: number
+}
+
+const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBucketShape => {
+  const entries = new Map<string, Stored>()
+  const watchers = new Set<{ readonly filter: string; readonly emit: (entry: KvEntry) => void }>()
+  let revision = 0
+  const ttlMillis = Option.map(ttl, Duration.toMillis)
+
+  const live = (key: string): Stored | undefined => {
+    const e = entries.get(key)
+    if (!e) return undefined
+    if (Option.isSome(ttlMillis) && Date.now() - e.at >= ttlMillis.value) {
+      entries.delete(key)
+      return undefined
+    }
+    return e.operation === "PUT" ? e : undefined
+  }
+
+  const write = (key: string, value: Uint8Array, operation: "PUT" | "DEL"): number => {
+    revision += 1
+    entries.set(key, { value, revision, operation, at: Date.now() })
+    const entry: KvEntry = { key, value, revision, operation }
+    for (const w of watchers) if (subjectMatches(w.filter, key)) w.emit(entry)
+    return revision
+  }
+
+  return {
+    name,
+    get: (key) =>
+      Effect.sync(() => {
+        const e = live(key)
+        return e ? Option.some({ key, value: e.value, revision: e.revision, operation: e.operation }) : Option.none()
+      }),
+    put: (key, value) => Effect.sync(() => write(key, toBytes(value), "PUT")),
+    create: (key, value) =>
+      Effect.suspend(() =>
+        live(key) ? Effect.fail(new KvConflict({ key, reason: "Exists" })) : Effect.succeed(write(key, toBytes(value), "PUT"))
+      ),
+    update: (key, value, expected) =>
+      Effect.suspend(() => {
+        const e = live(key)
+        return e?.revision !== expected
+          ? Effect.fail(new KvConflict({ key, reason: "WrongRevision" }))
+          : Effect.succeed(write(key, toBytes(value), "PUT"))
+      }),
+    delete: (key) =>
+      Effect.sync(() => {
+        if (entries.has(key)) write(key, new Uint8Array(), "DEL")
+      }),
+    keys: (filter) =>
+      Effect.sync(() => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter ?? ">", k))),
+    watch: (options) =>
+      Stream.asyncScoped<KvEntry, BusError>((emit) =>
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            const filter = options?.key ?? ">"
+            if (options?.initial) {
+              const initial: Array<KvEntry> = []
+              for (const key of entries.keys()) {
+                const e = live(key)
+                if (e && subjectMatches(filter, key)) initial.push({ key, value: e.value, revision: e.revision, operation: e.operation })
+              }
+              void emit.chunk(Chunk.unsafeFromArray(initial))
+            }
+            const w = { filter, emit: (entry: KvEntry) => void emit.single(entry) }
+            watchers.add(w)
+            return w
+          }),
+          (w) => Effect.sync(() => watchers.delete(w))
+        )
+      )
+  }
+}
+
+export const makeKv = (): KvShape => {
+  const buckets = new Map<string, KvBucketShape>()
+  return {
+    bucket: (name, options) =>
+      Effect.sync(() => {
+        const existing = buckets.get(name)
+        if (existing) return existing
+        const bucket = makeBucket(name, Option.map(Option.fromNullable(options?.ttl), Duration.decode))
+        buckets.set(name, bucket)
+        return bucket
+      })
+  }
+}
+
+/** The embedded bus and KV, drained when the layer's scope closes. */
+export const layer: Layer.Layer<Bus | Kv> = Layer.merge(
+  Layer.scoped(Bus, Effect.acquireRelease(Effect.sync(makeBus), (bus) => bus.drain)),
+  Layer.sync(Kv, makeKv)
+)

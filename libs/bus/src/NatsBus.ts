@@ -1,0 +1,265 @@
+/**
+ * The NATS adapter of the Bus and Kv ports (`@nats-io/*` v3, JetStream KV). The connection is a
+ * scoped resource whose finalizer drains it. Every subject and bucket is put under a namespace so
+ * that several deployments (or tests) can share one NATS without seeing each other.
+ */
+import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream"
+import { Kvm, KvWatchInclude, type KV, type KvEntry as NatsKvEntry } from "@nats-io/kv"
+import {
+  connect,
+  headers as natsHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type PublishOptions,
+  RequestError,
+  TimeoutError
+} from "@nats-io/transport-node"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import {
+  Bus,
+  BusError,
+  type BusMessage,
+  type BusShape,
+  DEFAULT_REQUEST_TIMEOUT,
+  type Headers,
+  NoResponders,
+  RequestTimeout
+} from "./Bus.ts"
+import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
+
+export interface NatsOptions {
+  /** One or more server URLs. */
+  readonly servers: ReadonlyArray<string>
+  /** Subject and bucket namespace; `sb` by default. */
+  readonly namespace?: string
+  /** Client name shown by the server's monitoring. */
+  readonly name?: string
+}
+
+const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
+  if (h === undefined) return undefined
+  let out: MsgHdrs | undefined
+  for (const k in h) {
+    out ??= natsHeaders()
+    out.set(k, h[k]!)
+  }
+  return out
+}
+
+class NatsMessage implements BusMessage {
+  constructor(
+    private readonly msg: Msg,
+    readonly subject: string
+  ) {}
+  get data() {
+    return this.msg.data
+  }
+  get reply() {
+    return this.msg.reply || undefined
+  }
+  header(name: string): string | undefined {
+    const h = this.msg.headers
+    return h !== undefined && h.has(name) ? h.get(name) : undefined
+  }
+}
+
+const busError = (reason: BusError["reason"], message: string) => (cause: unknown) =>
+  new BusError({ reason, message: `${message}: ${cause instanceof Error ? cause.message : String(cause)}`, cause })
+
+const isConflict = (e: unknown) =>
+  e instanceof JetStreamApiError &&
+  (e.code === JetStreamApiCodes.StreamWrongLastSequence || e.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+
+export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
+  const prefix = `${namespace}.`
+  const strip = (subject: string) => (subject.startsWith(prefix) ? subject.slice(prefix.length) : subject)
+
+  const unsafePublish = (subject: string, data: Uint8Array | string, headers?: Headers, reply?: string) => {
+    const h = toNatsHeaders(headers)
+    let opts: PublishOptions | undefined
+    if (h !== undefined || reply !== undefined) {
+      opts = {}
+      if (h !== undefined) opts.headers = h
+      if (reply !== undefined) opts.reply = reply
+    }
+    try {
+      nc.publish(prefix + subject, data, opts)
+    } catch (cause) {
+      throw busError("Publish", `publish to ${subject} failed`)(cause)
+    }
+  }
+
+  const publish: BusShape["publish"] = (subject, data, headers) =>
+    Effect.try({ try: () => unsafePublish(subject, data, headers), catch: (e) => (e instanceof BusError ? e : busError("Publish", subject)(e)) })
+
+  const subscribe: BusShape["subscribe"] = (subject, handler, options) =>
+    Effect.acquireRelease(
+      Effect.try({
+        try: () =>
+          nc.subscribe(prefix + subject, {
+            ...(options?.queue === undefined ? {} : { queue: options.queue }),
+            callback: (err, msg) => {
+              if (err) return
+              handler(new NatsMessage(msg, strip(msg.subject)))
+            }
+          }),
+        catch: busError("Subscribe", `subscribe to ${subject} failed`)
+      }),
+      (sub) => Effect.sync(() => sub.unsubscribe())
+    ).pipe(Effect.asVoid)
+
+  const stream: BusShape["stream"] = (subject, options) =>
+    Stream.asyncScoped<BusMessage, BusError>((emit) => subscribe(subject, (m) => void emit.single(m), options))
+
+  const request: BusShape["request"] = (subject, data, options) => {
+    const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
+    const h = toNatsHeaders(options?.headers)
+    return Effect.tryPromise({
+      try: () =>
+        nc.request(prefix + subject, data, { timeout: Duration.toMillis(timeout), ...(h === undefined ? {} : { headers: h }) }),
+      catch: (e): NoResponders | RequestTimeout | BusError => {
+        if (e instanceof RequestError && e.isNoResponders()) return new NoResponders({ subject })
+        if (e instanceof TimeoutError || (e instanceof RequestError && e.cause instanceof TimeoutError)) {
+          return new RequestTimeout({ subject, timeout })
+        }
+        return busError("Publish", `request to ${subject} failed`)(e)
+      }
+    }).pipe(Effect.map((msg): BusMessage => new NatsMessage(msg, subject)))
+  }
+
+  const respond: BusShape["respond"] = (message, data, headers) => {
+    const reply = message.reply
+    if (reply === undefined) return Effect.void
+    const h = toNatsHeaders(headers)
+    return Effect.try({
+      try: () => nc.publish(reply, data, h === undefined ? undefined : { headers: h }),
+      catch: busError("Publish", "respond failed")
+    })
+  }
+
+  const drain = Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
+
+  return { publish, unsafePublish, subscribe, stream, request, respond, drain, isConnected: () => !nc.isClosed() && !nc.isDraining() }
+}
+
+const toEntry = (e: NatsKvEntry): KvEntry => ({
+  key: e.key,
+  value: e.value,
+  revision: e.revision,
+  operation: e.operation === "PUT" ? "PUT" : "DEL"
+})
+
+const makeBucket = (name: string, kv: KV): KvBucketShape => {
+  const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
+  const claim = (what: string, key: string, reason: KvConflict["reason"], op: () => Promise<number>) =>
+    Effect.tryPromise({
+      try: op,
+      catch: (e): KvConflict | BusError => (isConflict(e) ? new KvConflict({ key, reason }) : kvError(`${what} ${key}`)(e))
+    })
+  return {
+    name,
+    get: (key) =>
+      Effect.tryPromise({ try: () => kv.get(key), catch: kvError(`get ${key}`) }).pipe(
+        Effect.map((e) => (e !== null && e.operation === "PUT" ? Option.some(toEntry(e)) : Option.none()))
+      ),
+    put: (key, value) => Effect.tryPromise({ try: () => kv.put(key, value), catch: kvError(`put ${key}`) }),
+    create: (key, value) => claim("create", key, "Exists", () => kv.create(key, value)),
+    update: (key, value, revision) => claim("update", key, "WrongRevision", () => kv.update(key, value, revision)),
+    delete: (key) => Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) }),
+    keys: (filter) =>
+      Effect.tryPromise({
+        try: async () => {
+          const out: Array<string> = []
+          for await (const k of await kv.keys(filter ?? ">")) out.push(k)
+          return out
+        },
+        catch: kvError("keys")
+      }),
+    // The iterator is pumped by a plain loop and stopped by the scope: an Effect fiber parked in
+    // `next()` could not be interrupted until the next change arrived.
+    watch: (options) =>
+      Stream.asyncScoped<KvEntry, BusError>((emit) =>
+        Effect.acquireRelease(
+          Effect.tryPromise({
+            try: () =>
+              kv.watch({
+                key: options?.key ?? ">",
+                include: options?.initial ? KvWatchInclude.LastValue : KvWatchInclude.UpdatesOnly
+              }),
+            catch: kvError("watch")
+          }),
+          (it) => Effect.sync(() => it.stop())
+        ).pipe(
+          Effect.tap((it) =>
+            Effect.sync(() => {
+              const pump = async () => {
+                for await (const e of it) await emit.single(toEntry(e))
+                await emit.end()
+              }
+              pump().catch((cause: unknown) => emit.fail(kvError("watch")(cause)))
+            })
+          )
+        )
+      )
+  }
+}
+
+export const makeKv = (nc: NatsConnection, namespace: string): KvShape => {
+  const kvm = new Kvm(nc)
+  return {
+    bucket: (name, options) =>
+      Effect.tryPromise({
+        try: async () => {
+          const full = `${namespace}_${name}`
+          const kv = await kvm.create(full, {
+            history: options?.history ?? 1,
+            replicas: options?.replicas ?? 1,
+            ...(options?.ttl === undefined ? {} : { ttl: Duration.toMillis(Duration.decode(options.ttl)) })
+          })
+          return makeBucket(name, kv)
+        },
+        catch: busError("Kv", `open bucket ${name}`)
+      })
+  }
+}
+
+export const connection = (options: NatsOptions) =>
+  Effect.acquireRelease(
+    Effect.tryPromise({
+      try: () =>
+        connect({
+          servers: [...options.servers],
+          name: options.name ?? "switchboard",
+          maxReconnectAttempts: -1,
+          reconnectTimeWait: 250,
+          pingInterval: 10_000
+        }),
+      catch: busError("Connect", `cannot connect to NATS at ${options.servers.join(",")}`)
+    }),
+    (nc) => Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
+  )
+
+/** Bus and Kv over one NATS connection, drained when the layer's scope closes. */
+export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv, BusError> =>
+  Layer.scopedContext(
+    Effect.gen(function*() {
+      const nc = yield* connection(options)
+      const namespace = options.namespace ?? "sb"
+      yield* Stream.fromAsyncIterable(nc.status(), () => undefined).pipe(
+        Stream.filter((s) => s.type === "disconnect" || s.type === "reconnect" || s.type === "error"),
+        Stream.runForEach((s) => Effect.logWarning(`NATS ${s.type}`)),
+        Effect.ignore,
+        // Interrupting a fiber parked in the status iterator waits for its next event (up to a ping
+        // interval), so this one is left to end by itself when the connection closes.
+        Effect.forkDaemon
+      )
+      yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
+      return Context.make(Bus, makeBus(nc, namespace)).pipe(Context.add(Kv, makeKv(nc, namespace)))
+    })
+  )

@@ -1,0 +1,5 @@
+export * as Bus from "./Bus.ts"
+export * as Kv from "./Kv.ts"
+export * as MemoryBus from "./MemoryBus.ts"
+export * as NatsBus from "./NatsBus.ts"
+export * as Subjects from "./Subjects.ts"

@@ -1,0 +1,257 @@
+/**
+ * The behaviour every Bus/Kv adapter must have. Each adapter's test file calls `contract` with a
+ * way to build a fresh, isolated (namespaced) Bus + Kv for one test.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as Fiber from "effect/Fiber"
+import type * as Scope from "effect/Scope"
+import { Bus, type BusMessage, text } from "../src/Bus.ts"
+import { Kv } from "../src/Kv.ts"
+
+export type MakeLayer<R> = (namespace: string) => Layer.Layer<Bus | Kv, unknown, R>
+
+let counter = 0
+const uniqueNamespace = () => `t${process.pid}x${Date.now().toString(36)}x${counter++}`
+
+/** Collects what a subscription receives into a queue so tests can wait for events, not time. */
+const collect = (subject: string, options?: { readonly queue?: string }) =>
+  Effect.gen(function*() {
+    const bus = yield* Bus
+    const q = yield* Queue.unbounded<BusMessage>()
+    yield* bus.subscribe(subject, (m) => void Queue.unsafeOffer(q, m), options)
+    return q
+  })
+
+const takeN = (q: Queue.Queue<BusMessage>, n: number) =>
+  Effect.map(
+    Effect.forEach(Array.from({ length: n }), () => Queue.take(q)),
+    (ms) => ms
+  ).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`timed out waiting for ${n} messages`) }))
+
+export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLayer: MakeLayer<R>) => {
+  const withBus = <A, E2>(effect: Effect.Effect<A, E2, Bus | Kv | Scope.Scope>) =>
+    Effect.flatMap(Layer.build(makeLayer(uniqueNamespace())), (ctx) => Effect.provide(effect, ctx))
+  const run = layer(shared, { timeout: "120 seconds", excludeTestServices: true })
+
+  describe(`${name} bus contract`, () => {
+    run("contract", (it) => {
+      it.scoped("delivers to exact subjects with headers intact", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const q = yield* collect("a.b")
+            yield* bus.publish("a.b", "hello", { "sb-conn": "c1", traceparent: "00-abc-def-01" })
+            yield* bus.publish("a.c", "not for me")
+            yield* bus.publish("a.b", new Uint8Array([0x7b, 0x7d]))
+            const [first, second] = yield* takeN(q, 2)
+            expect(text(first!)).toBe("hello")
+            expect(first!.subject).toBe("a.b")
+            expect(first!.header("sb-conn")).toBe("c1")
+            expect(first!.header("traceparent")).toBe("00-abc-def-01")
+            expect(first!.header("missing")).toBeUndefined()
+            expect(text(second!)).toBe("{}")
+            expect(second!.header("sb-conn")).toBeUndefined()
+          })
+        ))
+
+      it.scoped("matches * to one token and > to the rest", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const star = yield* collect("svc.*.open")
+            const tail = yield* collect("svc.>")
+            for (const s of ["svc.router.open", "svc.router.conn.x", "svc.a.b.open", "other.router.open", "svc"]) {
+              yield* bus.publish(s, s)
+            }
+            yield* bus.publish("svc.end", "end")
+            const tails = yield* takeN(tail, 4)
+            expect(tails.map(text)).toEqual(["svc.router.open", "svc.router.conn.x", "svc.a.b.open", "end"])
+            const stars = yield* takeN(star, 1)
+            expect(stars.map(text)).toEqual(["svc.router.open"])
+            expect(yield* Queue.size(star)).toBe(0)
+          })
+        ))
+
+      it.scoped("gives each message to exactly one member of a queue group", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const group = yield* Queue.unbounded<readonly [string, BusMessage]>()
+            for (const member of ["a", "b"]) {
+              yield* bus.subscribe("work", (m) => void Queue.unsafeOffer(group, [member, m]), { queue: "workers" })
+            }
+            const all = yield* collect("work")
+            const n = 200
+            for (let i = 0; i < n; i++) yield* bus.publish("work", String(i))
+            const everything = yield* takeN(all, n)
+            expect(everything.map(text)).toEqual(Array.from({ length: n }, (_, i) => String(i)))
+            const shared = yield* Effect.forEach(Array.from({ length: n }), () => Queue.take(group)).pipe(Effect.timeout("10 seconds"))
+            expect(new Set(shared.map(([, m]) => text(m))).size).toBe(n)
+            expect(shared.filter(([member]) => member === "a").length).toBeGreaterThan(0)
+            expect(shared.filter(([member]) => member === "b").length).toBeGreaterThan(0)
+            // Nothing was delivered twice: a late duplicate would arrive before this marker.
+            yield* bus.publish("work", "end")
+            const [, marker] = yield* Queue.take(group).pipe(Effect.timeout("10 seconds"))
+            expect(text(marker)).toBe("end")
+          })
+        ))
+
+      it.scoped("keeps one publisher's order", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const q = yield* collect("ordered")
+            const n = 5000
+            for (let i = 0; i < n; i++) bus.unsafePublish("ordered", String(i))
+            const got = yield* takeN(q, n)
+            expect(got.map((m) => Number(text(m)))).toEqual(Array.from({ length: n }, (_, i) => i))
+          })
+        ))
+
+      it.scoped("answers requests, and tells no-responders from timeouts", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            yield* bus.subscribe("echo", (m) => void Effect.runFork(bus.respond(m, `re:${text(m)}`, { "x-from": "echo" })), { queue: "q" })
+            const answer = yield* bus.request("echo", "ping", { headers: { "x-to": "echo" } })
+            expect(text(answer)).toBe("re:ping")
+            expect(answer.header("x-from")).toBe("echo")
+
+            const none = yield* Effect.either(bus.request("nobody.home", "?", { timeout: "2 seconds" }))
+            expect(Either.isLeft(none) && none.left._tag).toBe("NoResponders")
+
+            yield* bus.subscribe("silent", () => undefined)
+            const slow = yield* Effect.either(bus.request("silent", "?", { timeout: "200 millis" }))
+            expect(Either.isLeft(slow) && slow.left._tag).toBe("RequestTimeout")
+          })
+        ))
+
+      it.scoped("streams a subscription and stops it with the scope", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const fiber = yield* bus.stream("s.x").pipe(Stream.take(3), Stream.runCollect, Effect.fork)
+            // The stream subscribes asynchronously; publish until it has taken three.
+            yield* bus.publish("s.x", "tick").pipe(Effect.repeat({ until: () => false, schedule: Schedule.spaced("20 millis") }), Effect.fork)
+            const got = yield* Fiber.join(fiber).pipe(Effect.timeout("10 seconds"))
+            expect(Chunk.toReadonlyArray(got).map(text)).toEqual(["tick", "tick", "tick"])
+          })
+        ))
+
+      it.scoped("refuses to publish after drain", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            expect(bus.isConnected()).toBe(true)
+            yield* bus.drain
+            expect(bus.isConnected()).toBe(false)
+            const after = yield* Effect.either(bus.publish("x", "y"))
+            expect(Either.isLeft(after) && after.left._tag).toBe("BusError")
+            yield* bus.drain
+          })
+        ))
+    })
+  })
+
+  describe(`${name} kv contract`, () => {
+    run("contract", (it) => {
+      it.scoped("puts, gets, deletes", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket("things")
+            expect(Option.isNone(yield* kv.get("k1"))).toBe(true)
+            const r1 = yield* kv.put("k1", "one")
+            const e = yield* kv.get("k1")
+            expect(Option.map(e, (x) => new TextDecoder().decode(x.value))).toEqual(Option.some("one"))
+            expect(Option.map(e, (x) => x.revision)).toEqual(Option.some(r1))
+            yield* kv.delete("k1")
+            expect(Option.isNone(yield* kv.get("k1"))).toBe(true)
+          })
+        ))
+
+      it.scoped("create is an exclusive claim and update is compare-and-set", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket("claims")
+            const r1 = yield* kv.create("conn.a", "replica-1")
+            const again = yield* Effect.either(kv.create("conn.a", "replica-2"))
+            expect(Either.isLeft(again) && again.left._tag === "KvConflict" && again.left.reason).toBe("Exists")
+
+            const r2 = yield* kv.update("conn.a", "replica-2", r1)
+            expect(r2).toBeGreaterThan(r1)
+            const stale = yield* Effect.either(kv.update("conn.a", "replica-3", r1))
+            expect(Either.isLeft(stale) && stale.left._tag === "KvConflict" && stale.left.reason).toBe("WrongRevision")
+            const winner = yield* kv.get("conn.a")
+            expect(Option.map(winner, (x) => new TextDecoder().decode(x.value))).toEqual(Option.some("replica-2"))
+
+            // Two claims race: exactly one wins.
+            const results = yield* Effect.all([kv.create("conn.b", "x"), kv.create("conn.b", "y")], {
+              concurrency: 2,
+              mode: "either"
+            })
+            expect(results.filter(Either.isRight)).toHaveLength(1)
+
+            // A deleted key can be claimed again.
+            yield* kv.delete("conn.a")
+            yield* kv.create("conn.a", "replica-4")
+          })
+        ))
+
+      it.scoped("lists keys by subject-style filter", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket("keys")
+            for (const k of ["ext.alice.1", "ext.alice.2", "ext.bob.1", "mcp.alice.1"]) yield* kv.put(k, k)
+            yield* kv.delete("ext.alice.2")
+            expect([...(yield* kv.keys("ext.alice.>"))].sort()).toEqual(["ext.alice.1"])
+            expect([...(yield* kv.keys("ext.*.1"))].sort()).toEqual(["ext.alice.1", "ext.bob.1"])
+            expect((yield* kv.keys()).length).toBe(3)
+          })
+        ))
+
+      it.scoped("watches initial values, updates and deletes", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket("watched")
+            yield* kv.put("w.1", "before")
+            yield* kv.put("other", "ignored")
+            const q = yield* Queue.unbounded<string>()
+            yield* kv.watch({ key: "w.>", initial: true }).pipe(
+              Stream.runForEach((e) => Queue.offer(q, `${e.operation} ${e.key} ${new TextDecoder().decode(e.value)}`)),
+              Effect.forkScoped
+            )
+            expect(yield* Queue.take(q)).toBe("PUT w.1 before")
+            yield* kv.put("w.2", "after")
+            yield* kv.put("other", "still ignored")
+            yield* kv.delete("w.1")
+            const next = yield* Effect.all([Queue.take(q), Queue.take(q)]).pipe(Effect.timeout("10 seconds"))
+            expect(next).toEqual(["PUT w.2 after", "DEL w.1 "])
+          })
+        ))
+
+      it.scoped("expires entries after the bucket TTL", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket("heartbeats", { ttl: "1 second" })
+            yield* kv.put("edge-1", "alive")
+            expect(Option.isSome(yield* kv.get("edge-1"))).toBe(true)
+            // Poll until gone; bounded so a broken TTL fails rather than hangs.
+            yield* kv.get("edge-1").pipe(
+              Effect.filterOrFail(Option.isNone, () => new Error("edge-1 has not expired yet")),
+              Effect.retry(Schedule.spaced("100 millis")),
+              Effect.timeout("6 seconds")
+            )
+            expect(yield* kv.keys()).toEqual([])
+          })
+        ), 15_000)
+    })
+  })
+}

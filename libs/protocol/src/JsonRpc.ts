@@ -1,0 +1,141 @@
+/**
+ * JSON-RPC 2.0 messages as Schemas, and the one place that turns a raw text frame into either a
+ * typed message or the exact error response the spec says to send back.
+ */
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+
+export const ErrorCode = {
+  ParseError: -32700,
+  InvalidRequest: -32600,
+  MethodNotFound: -32601,
+  InvalidParams: -32602,
+  InternalError: -32603,
+  /** -32000..-32099 are "server errors": application-specific (auth, routing, limits). */
+  ServerError: -32000,
+  ServerError1: -32001
+} as const
+
+export const Id = Schema.Union(Schema.String, Schema.Number)
+export type Id = typeof Id.Type
+
+const Version = Schema.Literal("2.0")
+/**
+ * Params are by-name or by-position. Several real peers of these protocols omit `jsonrpc`, so it is
+ * optional on input (a wrong value is still invalid) and always written on output.
+ */
+const Params = Schema.Union(Schema.Record({ key: Schema.String, value: Schema.Unknown }), Schema.Array(Schema.Unknown))
+
+export const Request = Schema.Struct({
+  jsonrpc: Schema.optional(Version),
+  id: Id,
+  method: Schema.String,
+  params: Schema.optional(Params)
+})
+export type Request = typeof Request.Type
+
+export const Notification = Schema.Struct({
+  jsonrpc: Schema.optional(Version),
+  method: Schema.String,
+  params: Schema.optional(Params)
+})
+export type Notification = typeof Notification.Type
+
+export const ErrorObject = Schema.Struct({
+  code: Schema.Int,
+  message: Schema.String,
+  data: Schema.optional(Schema.Unknown)
+})
+export type ErrorObject = typeof ErrorObject.Type
+
+export const SuccessResponse = Schema.Struct({
+  jsonrpc: Schema.optional(Version),
+  id: Id,
+  result: Schema.Unknown
+})
+export type SuccessResponse = typeof SuccessResponse.Type
+
+export const ErrorResponse = Schema.Struct({
+  jsonrpc: Schema.optional(Version),
+  id: Schema.NullOr(Id),
+  error: ErrorObject
+})
+export type ErrorResponse = typeof ErrorResponse.Type
+
+export type Response = SuccessResponse | ErrorResponse
+export type Message = Request | Notification | Response
+
+/** A decoded frame, tagged by what it is so handlers can switch on `_tag`. */
+export type Incoming =
+  | { readonly _tag: "Request"; readonly message: Request }
+  | { readonly _tag: "Notification"; readonly message: Notification }
+  | { readonly _tag: "Response"; readonly message: Response }
+
+const decodeRequest = Schema.decodeUnknownEither(Request, { onExcessProperty: "preserve" })
+const decodeNotification = Schema.decodeUnknownEither(Notification, { onExcessProperty: "preserve" })
+const decodeSuccess = Schema.decodeUnknownEither(SuccessResponse, { onExcessProperty: "preserve" })
+const decodeError = Schema.decodeUnknownEither(ErrorResponse, { onExcessProperty: "preserve" })
+
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const isId = (u: unknown): u is Id => typeof u === "string" || (typeof u === "number" && Number.isFinite(u))
+
+export const errorResponse = (id: Id | null, code: number, message: string, data?: unknown): ErrorResponse =>
+  data === undefined ? { jsonrpc: "2.0", id, error: { code, message } } : { jsonrpc: "2.0", id, error: { code, message, data } }
+
+const invalid = (raw: unknown, issue: ParseResult.ParseError | string): ErrorResponse =>
+  errorResponse(
+    isRecord(raw) && isId(raw["id"]) ? raw["id"] : null,
+    ErrorCode.InvalidRequest,
+    `Invalid Request: ${typeof issue === "string" ? issue : ParseResult.TreeFormatter.formatErrorSync(issue)}`
+  )
+
+/**
+ * Classifies an already-parsed value. Batches are not used by any protocol Switchboard speaks, so
+ * an array is an invalid request rather than a batch.
+ */
+export const decodeValue = (raw: unknown): Either.Either<Incoming, ErrorResponse> => {
+  if (!isRecord(raw)) return Either.left(invalid(raw, "expected a JSON object"))
+  if ("method" in raw) {
+    if ("id" in raw && raw["id"] !== undefined) {
+      return Either.mapBoth(decodeRequest(raw), {
+        onLeft: (e) => invalid(raw, e),
+        onRight: (message) => ({ _tag: "Request", message }) as const
+      })
+    }
+    return Either.mapBoth(decodeNotification(raw), {
+      onLeft: (e) => invalid(raw, e),
+      onRight: (message) => ({ _tag: "Notification", message }) as const
+    })
+  }
+  if ("result" in raw && "error" in raw) return Either.left(invalid(raw, "a response has either result or error, not both"))
+  if ("error" in raw) {
+    return Either.mapBoth(decodeError(raw), {
+      onLeft: (e) => invalid(raw, e),
+      onRight: (message) => ({ _tag: "Response", message }) as const
+    })
+  }
+  if ("result" in raw) {
+    return Either.mapBoth(decodeSuccess(raw), {
+      onLeft: (e) => invalid(raw, e),
+      onRight: (message) => ({ _tag: "Response", message }) as const
+    })
+  }
+  return Either.left(invalid(raw, "expected method, result or error"))
+}
+
+/** Parses one text frame. Invalid JSON is -32700 with `id: null`; a wrong shape is -32600. */
+export const decodeFrame = (text: string): Either.Either<Incoming, ErrorResponse> => {
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch (e) {
+    return Either.left(errorResponse(null, ErrorCode.ParseError, `Parse error: ${e instanceof Error ? e.message : "invalid JSON"}`))
+  }
+  return decodeValue(raw)
+}
+
+export const encode = (message: Message): string =>
+  JSON.stringify(message.jsonrpc === undefined ? { jsonrpc: "2.0", ...message } : message)
+
+export const isSuccess = (response: Response): response is SuccessResponse => "result" in response

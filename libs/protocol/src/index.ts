@@ -1,0 +1,1 @@
+export * as JsonRpc from "./JsonRpc.ts"
