@@ -3,9 +3,13 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["libs/*/test/**/*.test.ts", "services/*/test/**/*.test.ts", "clients/*/test/**/*.test.ts", "test/src/**/*.test.ts"],
+    // Paths, not package imports: vitest transforms TypeScript given by path.
+    globalSetup: ["./libs/testing/src/globalSetup.ts"],
+    reporters: ["default", "./libs/testing/src/SummaryReporter.ts"],
     testTimeout: 30_000,
     hookTimeout: 120_000,
     pool: "forks",
-    env: { LOG_LEVEL: process.env.LOG_LEVEL ?? "warning" }
+    // Two cores: more workers than that only adds contention to timing-sensitive socket tests.
+    poolOptions: { forks: { maxForks: 2, minForks: 1 } }
   }
 })

@@ -1,1 +1,3 @@
+export * as Auth from "./Auth.ts"
+export * as Edge from "./Edge.ts"
 export * as JsonRpc from "./JsonRpc.ts"

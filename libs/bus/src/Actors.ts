@@ -1,0 +1,234 @@
+/**
+ * The service side of the edge protocol: one actor per connection. A connection's `open` request
+ * reaches one replica through the service's queue group; that replica subscribes to the
+ * connection's subject, records ownership in KV, and only then answers, so the edge never sends a
+ * frame before someone listens. Frames are handled in order, one at a time, per actor.
+ */
+import { Edge } from "@switchboard/protocol"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberSet from "effect/FiberSet"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import { randomUUID } from "node:crypto"
+import { Bus, type BusMessage, type Headers, text } from "./Bus.ts"
+import { Kv, typed } from "./Kv.ts"
+import * as Subjects from "./Subjects.ts"
+
+export interface Frame {
+  readonly data: Uint8Array
+  /** The frame as text (decoded on first use). */
+  readonly text: string
+  readonly traceparent: string | undefined
+  /** The edge's rate limit for this connection was exceeded: answer with the protocol's error. */
+  readonly limited: boolean
+}
+
+export interface Connection {
+  readonly id: Subjects.ConnId
+  readonly edge: Subjects.EdgeId
+  readonly open: Edge.OpenEvent
+  /** The token's `sub` when the upgrade was authenticated. */
+  readonly user: string | undefined
+  /** Sends one text frame to this connection's socket; never blocks. */
+  readonly send: (data: Uint8Array | string, traceparent?: string) => void
+  /** Asks the edge to close the socket. The actor then receives `onClosed`. */
+  readonly close: (code: number, reason: string) => void
+}
+
+export interface Actor<R = never> {
+  readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R>
+  readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
+}
+
+/** Refuse a connection at open time; the edge closes it with this code and reason. */
+export class Refuse {
+  readonly _tag = "Refuse"
+  constructor(
+    readonly code: number,
+    readonly reason: string
+  ) {}
+}
+
+export interface HostOptions<R> {
+  readonly service: Subjects.ServiceName
+  /**
+   * Builds the actor of a new connection. Its scope lives as long as the connection, so
+   * subscriptions and timers it opens end with it.
+   */
+  readonly make: (connection: Connection) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
+  /** How often to look for connections whose edge died without saying so. */
+  readonly edgeCheckInterval?: import("effect/Duration").DurationInput
+}
+
+/** An actor record in the `connections` bucket. */
+export const ConnectionRecord = Schema.Struct({
+  service: Schema.String,
+  replica: Schema.String,
+  edge: Schema.String,
+  user: Schema.optional(Schema.String),
+  path: Schema.String,
+  openedAt: Schema.Number
+})
+export type ConnectionRecord = typeof ConnectionRecord.Type
+
+const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
+const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
+const decoder = new TextDecoder()
+
+class IncomingFrame implements Frame {
+  private decoded: string | undefined
+  constructor(private readonly message: BusMessage) {}
+  get data() {
+    return this.message.data
+  }
+  get text() {
+    return (this.decoded ??= decoder.decode(this.message.data))
+  }
+  get traceparent() {
+    return this.message.header(Subjects.Header.traceparent)
+  }
+  get limited() {
+    return this.message.header(Subjects.Header.reason) === "rate-limited"
+  }
+}
+
+/** Sends to sockets on any edge: one, many on the same edge (one bus message), or close. */
+export const edgeLink = Effect.map(Bus, (bus) => ({
+  send: (edge: Subjects.EdgeId, conn: Subjects.ConnId, data: Uint8Array | string, traceparent?: string) =>
+    bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conn, conn, traceparent)),
+  /** Fan-out: one publish per edge, however many of its sockets receive the frame. */
+  sendMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>, data: Uint8Array | string, traceparent?: string) =>
+    bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conns, conns.join(","), traceparent)),
+  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
+    bus.unsafePublish(Subjects.edgeOut(edge), "", {
+      [Subjects.Header.op]: "close",
+      [Subjects.Header.conn]: conn,
+      [Subjects.Header.code]: String(code),
+      [Subjects.Header.reason]: reason
+    })
+}))
+
+const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
+  traceparent === undefined
+    ? { [Subjects.Header.op]: "deliver", [name]: value }
+    : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
+
+/** Hosts the actors of one service until the scope closes. */
+export const host = <R>(options: HostOptions<R>) =>
+  Effect.gen(function*() {
+    const bus = yield* Bus
+    const kv = yield* Kv
+    const link = yield* edgeLink
+    const connections = typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord)
+    const edges = yield* kv.bucket(Subjects.Bucket.edges)
+    const replica = randomUUID()
+    const fibers = yield* FiberSet.make()
+    const runFork = yield* FiberSet.runtime(fibers)<R>()
+    /** Mailboxes by edge, so a dead edge's connections can be closed together. */
+    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Queue.Queue<BusMessage | "edge-lost">>>()
+
+    const run = (open: BusMessage, connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        const mailbox = yield* Queue.unbounded<BusMessage | "edge-lost">()
+        yield* Scope.extend(
+          bus.subscribe(Subjects.conn(options.service, connId), (m) => void Queue.unsafeOffer(mailbox, m)),
+          scope
+        )
+        const connection: Connection = {
+          id: connId,
+          edge: edgeId,
+          open: event,
+          user: event.claims?.sub,
+          send: (data, traceparent) => link.send(edgeId, connId, data, traceparent),
+          close: (code, reason) => link.close(edgeId, connId, code, reason)
+        }
+        const made = yield* Effect.exit(Scope.extend(options.make(connection), scope))
+        if (Exit.isFailure(made)) {
+          const refusal = Exit.causeOption(made).pipe(
+            Option.flatMap((cause) => (cause._tag === "Fail" ? Option.some(cause.error) : Option.none()))
+          )
+          const reply = Option.match(refusal, {
+            onNone: () => ({ ok: false as const, code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
+            onSome: (r) => ({ ok: false as const, code: r.code, reason: r.reason })
+          })
+          yield* bus.respond(open, encodeOpenReply(reply)).pipe(Effect.ignore)
+          yield* Scope.close(scope, made)
+          return
+        }
+        const actor = made.value
+        let local = byEdge.get(edgeId)
+        if (!local) byEdge.set(edgeId, (local = new Map()))
+        local.set(connId, mailbox)
+        yield* bus.respond(open, encodeOpenReply({ ok: true })).pipe(Effect.ignore)
+        yield* connections
+          .put(connId, {
+            service: options.service,
+            replica,
+            edge: edgeId,
+            ...(connection.user === undefined ? {} : { user: connection.user }),
+            path: event.path,
+            openedAt: event.openedAt
+          })
+          .pipe(Effect.catchAll((e) => Effect.logWarning("could not record connection ownership", e)), Effect.fork)
+
+        let closed: readonly [number, string] | undefined
+        while (closed === undefined) {
+          const batch = yield* Queue.takeBetween(mailbox, 1, Number.POSITIVE_INFINITY)
+          for (const m of batch) {
+            if (m === "edge-lost") {
+              closed = [1006, "edge lost"]
+              break
+            }
+            const op = m.header(Subjects.Header.op)
+            if (op === "frame") {
+              yield* actor.onFrame(new IncomingFrame(m))
+            } else if (op === "closed") {
+              closed = [Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""]
+              break
+            }
+          }
+        }
+        local.delete(connId)
+        if (local.size === 0) byEdge.delete(edgeId)
+        if (actor.onClosed) yield* actor.onClosed(closed[0], closed[1])
+        yield* Scope.close(scope, Exit.void)
+        yield* connections.delete(connId).pipe(Effect.ignore)
+      }).pipe(
+        Effect.annotateLogs({ service: options.service, conn: connId }),
+        Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
+      )
+
+    yield* bus.subscribe(
+      Subjects.open(options.service),
+      (m) => {
+        const connId = m.header(Subjects.Header.conn)
+        const edgeId = m.header(Subjects.Header.edge)
+        const event = decodeOpen(text(m))
+        if (connId === undefined || edgeId === undefined || event._tag === "Left") {
+          runFork(Effect.logWarning(`ignoring a malformed open event on ${m.subject}`))
+          return
+        }
+        runFork(run(m, Subjects.ConnId(connId), Subjects.EdgeId(edgeId), event.right))
+      },
+      { queue: Subjects.Queue.service(options.service) }
+    )
+
+    // An edge that dies cannot say its sockets closed; its heartbeat key expiring says it instead.
+    yield* Effect.gen(function*() {
+      for (const [edgeId, mailboxes] of byEdge) {
+        // When KV cannot be read, assume the edge is alive rather than close healthy sockets.
+        const alive = yield* edges.get(Subjects.Key.edge(edgeId)).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => true))
+        if (!alive) {
+          yield* Effect.logWarning(`edge ${edgeId} is gone; closing its ${mailboxes.size} connections`)
+          for (const mailbox of mailboxes.values()) Queue.unsafeOffer(mailbox, "edge-lost")
+        }
+      }
+    }).pipe(Effect.repeat(Schedule.spaced(options.edgeCheckInterval ?? "5 seconds")), Effect.forkScoped)
+
+    yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
+  })

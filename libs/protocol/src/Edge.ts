@@ -1,0 +1,45 @@
+/**
+ * The envelope bodies between edges and services that are not client frames. Client frames travel
+ * as raw bytes with headers (see `@switchboard/bus/Subjects`), never wrapped in JSON.
+ */
+import * as Schema from "effect/Schema"
+import { Claims } from "./Auth.ts"
+
+/** Body of a connection's `open` request to its service's queue group. */
+export const OpenEvent = Schema.Struct({
+  path: Schema.String,
+  query: Schema.Record({ key: Schema.String, value: Schema.String }),
+  origin: Schema.optional(Schema.String),
+  /** The WebSocket subprotocol the edge accepted, if any. */
+  protocol: Schema.optional(Schema.String),
+  /** Present when the upgrade carried a valid token. */
+  claims: Schema.optional(Claims),
+  openedAt: Schema.Number
+})
+export type OpenEvent = typeof OpenEvent.Type
+
+/** The service's answer once the connection's actor is listening; `ok: false` makes the edge close. */
+export const OpenReply = Schema.Union(
+  Schema.Struct({ ok: Schema.Literal(true) }),
+  Schema.Struct({ ok: Schema.Literal(false), code: Schema.Int, reason: Schema.String })
+)
+export type OpenReply = typeof OpenReply.Type
+
+/** An edge's heartbeat record in the `edges` bucket; the key expires when the edge dies. */
+export const EdgeHeartbeat = Schema.Struct({
+  startedAt: Schema.Number,
+  connections: Schema.Number
+})
+export type EdgeHeartbeat = typeof EdgeHeartbeat.Type
+
+/** Close codes the edge and services use (RFC 6455 §7.4.1 and the IANA registry). */
+export const CloseCode = {
+  Normal: 1000,
+  GoingAway: 1001,
+  ProtocolError: 1002,
+  Unsupported: 1003,
+  PolicyViolation: 1008,
+  TooBig: 1009,
+  InternalError: 1011,
+  TryAgainLater: 1013
+} as const

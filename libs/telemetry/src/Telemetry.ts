@@ -1,0 +1,108 @@
+/**
+ * OpenTelemetry for every Switchboard process: OTLP/HTTP export when `OTEL_EXPORTER_OTLP_ENDPOINT`
+ * is set, nothing otherwise, and an in-memory exporter for tests. W3C trace context travels in bus
+ * headers; `traceHeaders` and `parentSpan` convert between the two.
+ */
+import * as OtelResource from "@effect/opentelemetry/Resource"
+import * as OtelTracer from "@effect/opentelemetry/Tracer"
+import type * as Otel from "@opentelemetry/api"
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http"
+import {
+  BatchSpanProcessor,
+  type InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type SpanProcessor
+} from "@opentelemetry/sdk-trace-base"
+import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Tracer from "effect/Tracer"
+
+/**
+ * The raw OTel tracer when tracing is on. Hot paths that must not pay for an Effect per frame
+ * (the edge's socket loop) use it directly; everything else uses `Effect.withSpan`.
+ */
+export class Tracing extends Context.Tag("@switchboard/telemetry/Tracing")<
+  Tracing,
+  { readonly tracer: Option.Option<Otel.Tracer> }
+>() {}
+
+const withProcessor = (serviceName: string, processor: SpanProcessor): Layer.Layer<Tracing> => {
+  const provider = Layer.scoped(
+    OtelTracer.OtelTracerProvider,
+    Effect.acquireRelease(
+      Effect.sync(() => new NodeTracerProvider({ spanProcessors: [processor] })),
+      (p) => Effect.promise(() => p.shutdown())
+    )
+  )
+  const tracing = Layer.effect(
+    Tracing,
+    Effect.map(OtelTracer.OtelTracer, (tracer) => ({ tracer: Option.some(tracer) }))
+  )
+  return tracing.pipe(
+    Layer.provideMerge(OtelTracer.layer),
+    Layer.provide(provider),
+    Layer.provide(OtelResource.layer({ serviceName })),
+    Layer.map((ctx) => Context.pick(Tracing)(ctx))
+  )
+}
+
+export const disabled: Layer.Layer<Tracing> = Layer.succeed(Tracing, { tracer: Option.none() })
+
+/** Export spans to an in-memory exporter, synchronously, for tests. */
+export const layerMemory = (serviceName: string, exporter: InMemorySpanExporter): Layer.Layer<Tracing> =>
+  withProcessor(serviceName, new SimpleSpanProcessor(exporter))
+
+/** OTLP/HTTP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; otherwise tracing is off. */
+export const layer = (serviceName: string): Layer.Layer<Tracing> =>
+  Layer.unwrapEffect(
+    Effect.map(
+      Config.option(
+        Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(
+          Config.withDescription("OTLP/HTTP collector base URL; spans are exported only when set")
+        )
+      ).pipe(Effect.orElseSucceed(() => Option.none<string>())),
+      Option.match({
+        onNone: () => disabled,
+        onSome: (endpoint) =>
+          withProcessor(
+            serviceName,
+            new BatchSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/$/, "")}/v1/traces` }))
+          )
+      })
+    )
+  )
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/
+
+/** `traceparent`/`tracestate` headers for a span, to put on a bus message. */
+export const traceHeaders = (span: { readonly traceId: string; readonly spanId: string; readonly sampled: boolean }) => ({
+  traceparent: `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
+})
+
+/** The remote parent a message carries, if its `traceparent` is well formed. */
+export const parentSpan = (traceparent: string | undefined): Option.Option<Tracer.ExternalSpan> => {
+  if (traceparent === undefined) return Option.none()
+  const m = TRACEPARENT.exec(traceparent)
+  if (m === null) return Option.none()
+  return Option.some(
+    Tracer.externalSpan({ traceId: m[1]!, spanId: m[2]!, sampled: (Number.parseInt(m[3]!, 16) & 1) === 1 })
+  )
+}
+
+/** Runs `effect` as a child of the trace a message carries, or as a new root when it carries none. */
+export const withRemoteParent = (traceparent: string | undefined) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Option.match(parentSpan(traceparent), {
+    onNone: () => effect,
+    onSome: (parent) => Effect.withParentSpan(effect, parent)
+  })
+
+/** The traceparent of the current Effect span, for outgoing bus messages. */
+export const currentTraceHeaders: Effect.Effect<Record<string, string>> = Effect.map(
+  Effect.currentSpan,
+  traceHeaders
+).pipe(Effect.orElseSucceed(() => ({})))

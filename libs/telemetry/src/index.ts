@@ -1,0 +1,2 @@
+export * as Logging from "./Logging.ts"
+export * as Telemetry from "./Telemetry.ts"

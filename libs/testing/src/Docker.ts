@@ -1,0 +1,188 @@
+// Brings up what testcontainers needs on a machine with no registry: a Docker daemon (started
+// here when none answers) and a NATS image built from the Debian nats-server binary.
+// Plain async functions, so vitest globalSetup, .ci/run and the benchmark share one implementation.
+import { execFile as execFileCallback, spawn } from "node:child_process";
+import { copyFile, mkdir, mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { promisify } from "node:util";
+
+const execFile = promisify(execFileCallback);
+
+const stateDir = "/tmp/sb-docker";
+const ownSocket = "unix:///tmp/sb-docker.sock";
+const defaultSocket = "unix:///var/run/docker.sock";
+const pidFile = `${stateDir}/docker.pid`;
+export const dockerdLog = `${stateDir}/dockerd.log`;
+const natsServerBinary = "/usr/sbin/nats-server";
+const installHint = "apt-get install -y docker.io nats-server";
+const startTimeoutMs = 60_000;
+
+/** Workers of a vitest run read the image that globalSetup resolved from this variable. */
+export const resolvedNatsImageVar = "TESTCONTAINERS_NATS_IMAGE_RESOLVED";
+
+const docker = (host: string, args: ReadonlyArray<string>, env: NodeJS.ProcessEnv = {}) =>
+  execFile("docker", ["-H", host, ...args], {
+    env: { ...process.env, ...env },
+    timeout: 120_000,
+    maxBuffer: 16 * 1024 * 1024
+  });
+
+const answers = (host: string): Promise<boolean> =>
+  execFile("docker", ["-H", host, "info", "--format", "{{.ServerVersion}}"], { timeout: 10_000 }).then(
+    () => true,
+    () => false
+  );
+
+const isInstalled = (command: string): Promise<boolean> =>
+  execFile(command, ["--version"]).then(
+    () => true,
+    () => false
+  );
+
+// A dockerd started by a concurrent caller holds the pid file; starting a second one would fail.
+const pidFileOwnerAlive = async (): Promise<boolean> => {
+  const pid = await readFile(pidFile, "utf8").catch(() => "");
+  const command = await readFile(`/proc/${pid.trim() || "none"}/comm`, "utf8").catch(() => "");
+  return command.trim() === "dockerd";
+};
+
+// Returns whether the spawned dockerd has exited, so a daemon that dies on start fails fast.
+const startDockerd = async (): Promise<() => boolean> => {
+  await mkdir(stateDir, { recursive: true });
+  const log = await open(dockerdLog, "a");
+  let exited = false;
+  try {
+    const child = spawn(
+      "dockerd",
+      [
+        "-H", ownSocket,
+        "--data-root", `${stateDir}/data`,
+        "--exec-root", `${stateDir}/exec`,
+        "--pidfile", pidFile,
+        // Published ports then bind loopback only: tests must not listen on other interfaces.
+        "--ip", "127.0.0.1"
+      ],
+      { detached: true, stdio: ["ignore", log.fd, log.fd] }
+    );
+    child.on("error", () => (exited = true));
+    child.on("exit", () => (exited = true));
+    child.unref();
+  } finally {
+    await log.close();
+  }
+  return () => exited;
+};
+
+const dockerdFailed = async (why: string): Promise<Error> => {
+  const tail = await readFile(dockerdLog, "utf8").then(
+    (text) => text.trimEnd().split("\n").slice(-5).join("\n"),
+    () => ""
+  );
+  return new Error(`dockerd ${why}; see ${dockerdLog}${tail === "" ? "" : `:\n${tail}`}`);
+};
+
+const waitUntilAnswers = async (host: string, hasExited: () => boolean): Promise<void> => {
+  const deadline = Date.now() + startTimeoutMs;
+  while (Date.now() < deadline) {
+    if (await answers(host)) return;
+    // A concurrent caller's dockerd holds the pid file: ours exits, theirs is worth waiting for.
+    if (hasExited() && !(await pidFileOwnerAlive())) throw await dockerdFailed("exited during start");
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw await dockerdFailed(`did not answer on ${host} within ${startTimeoutMs / 1000} s`);
+};
+
+const findOrStartDocker = async (): Promise<string> => {
+  const candidates = [process.env["DOCKER_HOST"], defaultSocket, ownSocket].filter(
+    (host): host is string => host !== undefined && host !== ""
+  );
+  for (const host of candidates) {
+    if (await answers(host)) return host;
+  }
+  if (!(await isInstalled("dockerd")) || !(await isInstalled("docker"))) {
+    throw new Error(`No Docker daemon answers and dockerd is not installed: run \`${installHint}\``);
+  }
+  const hasExited = (await pidFileOwnerAlive()) ? () => false : await startDockerd();
+  await waitUntilAnswers(ownSocket, hasExited);
+  return ownSocket;
+};
+
+let docker$: Promise<string> | undefined;
+
+/** Returns a DOCKER_HOST that answers, starting our own dockerd if needed, and points testcontainers at it. */
+export const ensureDocker = (): Promise<string> =>
+  (docker$ ??= findOrStartDocker().then(
+    (host) => {
+      process.env["DOCKER_HOST"] = host;
+      // ryuk would need a pull; the harness removes leftovers itself.
+      process.env["TESTCONTAINERS_RYUK_DISABLED"] ??= "true";
+      // Without it testcontainers pulls alpine to find the gateway.
+      process.env["TESTCONTAINERS_HOST_OVERRIDE"] ??= "127.0.0.1";
+      return host;
+    },
+    (error: unknown) => {
+      docker$ = undefined;
+      throw error;
+    }
+  ));
+
+const natsServerVersion = async (): Promise<string> => {
+  const { stdout } = await execFile(natsServerBinary, ["--version"]).catch((cause: unknown) => {
+    throw new Error(`${natsServerBinary} is missing: run \`${installHint}\``, { cause });
+  });
+  const version = /v(\d+\.\d+\.\d+)/.exec(stdout)?.[1];
+  if (version === undefined) throw new Error(`Unexpected nats-server --version output: ${stdout}`);
+  return version;
+};
+
+// ldd prints `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)` and `/lib64/ld-linux-x86-64.so.2 (0x…)`.
+const sharedLibraries = async (binary: string): Promise<ReadonlyArray<string>> => {
+  const { stdout } = await execFile("ldd", [binary]);
+  return [...stdout.matchAll(/(?:=>\s*)?(\/\S+)\s+\(0x/g)].flatMap((match) => (match[1] === undefined ? [] : [match[1]]));
+};
+
+const buildNatsImage = async (host: string, tag: string): Promise<void> => {
+  const context = await mkdtemp(join(tmpdir(), "sb-nats-image-"));
+  try {
+    await copyFile(natsServerBinary, join(context, "nats-server"));
+    for (const library of await sharedLibraries(natsServerBinary)) {
+      const target = join(context, library);
+      await mkdir(dirname(target), { recursive: true });
+      await copyFile(library, target);
+    }
+    await writeFile(
+      join(context, "Dockerfile"),
+      ["FROM scratch", "COPY . /", 'ENTRYPOINT ["/nats-server"]', 'CMD ["-js"]', ""].join("\n")
+    );
+    await writeFile(join(context, ".dockerignore"), "Dockerfile\n.dockerignore\n");
+    // The classic builder needs no buildkit image, which could not be pulled here.
+    await docker(host, ["build", "-q", "-t", tag, context], { DOCKER_BUILDKIT: "0" });
+  } finally {
+    await rm(context, { recursive: true, force: true });
+  }
+};
+
+/** The image for NATS containers: `TESTCONTAINERS_NATS_IMAGE` (e.g. `nats:2.10`) or one built from the local binary. */
+export const ensureNatsImage = async (): Promise<string> => {
+  const configured = process.env["TESTCONTAINERS_NATS_IMAGE"] || process.env[resolvedNatsImageVar];
+  if (configured) return configured;
+  const host = await ensureDocker();
+  // The version in the tag makes an upgraded binary rebuild the image.
+  const tag = `switchboard/nats-scratch:${await natsServerVersion()}`;
+  const found = await docker(host, ["image", "inspect", tag]).then(
+    () => true,
+    () => false
+  );
+  if (!found) await buildNatsImage(host, tag);
+  return tag;
+};
+
+/** Removes containers a crashed run left behind (ryuk is off, so nothing else would). */
+export const removeLeftoverContainers = async (): Promise<number> => {
+  const host = await ensureDocker();
+  const { stdout } = await docker(host, ["ps", "-aq", "--filter", "label=org.testcontainers=true"]);
+  const ids = stdout.split(/\s+/).filter((id) => id !== "");
+  if (ids.length > 0) await docker(host, ["rm", "-f", "-v", ...ids]);
+  return ids.length;
+};

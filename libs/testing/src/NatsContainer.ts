@@ -1,0 +1,170 @@
+// Real NATS for tests as scoped layers: one JetStream server, or a 3-node JetStream cluster whose
+// nodes a test can kill and restart. Containers use host networking and listen on 127.0.0.1 only
+// (NatsContainer with host networking hangs, and published ports would bind 0.0.0.0).
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Context, Data, Effect, Layer, Schedule } from "effect";
+import { createServer, type Server } from "node:net";
+import { GenericContainer, getContainerRuntimeClient, type StartedTestContainer, Wait } from "testcontainers";
+import { ensureDocker, ensureNatsImage } from "./Docker.ts";
+
+export class NatsContainerError extends Data.TaggedError("NatsContainerError")<{
+  readonly reason: "DockerUnavailable" | "ContainerStart" | "ClusterNotReady";
+  readonly cause: unknown;
+}> {
+  override get message(): string {
+    return `${this.reason}: ${this.cause instanceof Error ? this.cause.message : String(this.cause)}`;
+  }
+}
+
+const poll = Schedule.spaced("100 millis").pipe(Schedule.upTo("30 seconds"));
+
+const dockerAndImage = Effect.tryPromise({
+  try: async () => {
+    await ensureDocker();
+    return ensureNatsImage();
+  },
+  catch: (cause) => new NatsContainerError({ reason: "DockerUnavailable", cause })
+});
+
+const listenOnAnyPort = (server: Server) =>
+  new Promise<number>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      if (address !== null && typeof address === "object") resolve(address.port);
+      else reject(new Error(`unexpected listen address ${String(address)}`));
+    });
+  });
+
+// All sockets stay open until every port is read, so the ports are distinct.
+const freePorts = (count: number) =>
+  Effect.tryPromise({
+    try: async () => {
+      const servers = Array.from({ length: count }, () => createServer());
+      try {
+        return await Promise.all(servers.map(listenOnAnyPort));
+      } finally {
+        await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+      }
+    },
+    catch: (cause) => new NatsContainerError({ reason: "ContainerStart", cause })
+  });
+
+const startNode = (image: string, command: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.tryPromise({
+      try: () =>
+        new GenericContainer(image)
+          .withNetworkMode("host")
+          .withCommand([...command])
+          .withWaitStrategy(Wait.forLogMessage("Server is ready"))
+          .withStartupTimeout(30_000)
+          .start(),
+      catch: (cause) => new NatsContainerError({ reason: "ContainerStart", cause })
+    }),
+    (container) => Effect.tryPromise(() => container.stop()).pipe(Effect.ignoreLogged)
+  );
+
+const connection = (servers: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.tryPromise(() => connect({ servers: [...servers], reconnect: false, timeout: 1_000 })),
+    (nc: NatsConnection) => Effect.promise(() => nc.close())
+  );
+
+const url = (port: number) => `nats://127.0.0.1:${port}`;
+
+export class NatsServer extends Context.Tag("@switchboard/testing/NatsServer")<
+  NatsServer,
+  { readonly servers: ReadonlyArray<string>; readonly url: string }
+>() {
+  /** One JetStream server, stopped when the layer's scope closes. */
+  static readonly layer = Layer.scoped(
+    NatsServer,
+    Effect.gen(function* () {
+      const image = yield* dockerAndImage;
+      // Another process may take the probed port before nats-server binds it: try fresh ports.
+      const port = yield* Effect.gen(function* () {
+        const [port = 0] = yield* freePorts(1);
+        yield* startNode(image, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", "/data"]);
+        return port;
+      }).pipe(Effect.retry({ times: 2 }));
+      yield* Effect.logInfo(`NATS server ready on ${url(port)}`);
+      return { servers: [url(port)], url: url(port) };
+    }).pipe(Effect.withLogSpan("NatsServer.layer"))
+  );
+}
+
+const awaitMetaLeader = (servers: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const nc = yield* connection(servers).pipe(Effect.retry(poll));
+    const jsm = yield* Effect.tryPromise(() => jetstreamManager(nc, { checkAPI: false, timeout: 1_000 }));
+    // Fails with "JetStream system temporarily unavailable" until the meta group has elected a leader.
+    yield* Effect.tryPromise(() => jsm.getAccountInfo()).pipe(Effect.retry(poll));
+  }).pipe(
+    Effect.scoped,
+    Effect.mapError((cause) => new NatsContainerError({ reason: "ClusterNotReady", cause }))
+  );
+
+export class NatsCluster extends Context.Tag("@switchboard/testing/NatsCluster")<
+  NatsCluster,
+  {
+    /** Client URLs of nodes n0, n1, n2. */
+    readonly servers: ReadonlyArray<string>;
+    /** SIGKILLs node i and returns once it has exited. */
+    readonly kill: (i: number) => Effect.Effect<void>;
+    /** Starts node i again (same ports, same data) and returns once a client can connect to it. */
+    readonly restart: (i: number) => Effect.Effect<void>;
+  }
+>() {
+  /** Three JetStream nodes, ready once the JetStream meta leader exists. */
+  static readonly layer = Layer.scoped(
+    NatsCluster,
+    Effect.gen(function* () {
+      const image = yield* dockerAndImage;
+      const ports = yield* freePorts(6);
+      const clientPorts = ports.slice(0, 3);
+      const routes = ports.slice(3).map(url);
+      const servers = clientPorts.map(url);
+      const nodes = yield* Effect.forEach(
+        clientPorts,
+        (port, i) =>
+          startNode(image, [
+            "-js", "--server_name", `n${i}`, "-sd", "/data", "-a", "127.0.0.1", "-p", String(port),
+            "--cluster_name", "tc", "--cluster", routes[i] ?? "",
+            "--routes", routes.filter((_, j) => j !== i).join(",")
+          ]).pipe(Effect.tap(() => Effect.logDebug(`node n${i} is up on ${url(port)}`))),
+        { concurrency: "unbounded" }
+      );
+      yield* awaitMetaLeader(servers);
+      yield* Effect.logInfo(`NATS cluster ready on ${servers.join(",")}`);
+
+      const runtime = yield* Effect.promise(() => getContainerRuntimeClient());
+      const node = (i: number) => {
+        const started: StartedTestContainer | undefined = nodes[i];
+        const server = servers[i];
+        return started === undefined || server === undefined
+          ? Effect.dieMessage(`NatsCluster has no node ${i}`)
+          : Effect.succeed({ container: runtime.container.getById(started.getId()), server });
+      };
+
+      // Through the runtime client rather than stop()/restart(): those leak the container and
+      // restart()'s log wait is flaky (see shared/TESTCONTAINERS.md).
+      const kill = Effect.fn("NatsCluster.kill")(function* (i: number) {
+        const { container } = yield* node(i);
+        yield* Effect.promise(async () => {
+          await container.kill({ signal: "SIGKILL" });
+          await container.wait();
+        });
+        yield* Effect.logInfo(`killed node n${i}`);
+      });
+      const restart = Effect.fn("NatsCluster.restart")(function* (i: number) {
+        const { container, server } = yield* node(i);
+        yield* Effect.promise(() => runtime.container.start(container));
+        yield* Effect.scoped(connection([server])).pipe(Effect.retry(poll), Effect.orDie);
+        yield* Effect.logInfo(`restarted node n${i}`);
+      });
+      return { servers, kill, restart };
+    }).pipe(Effect.withLogSpan("NatsCluster.layer"))
+  );
+}

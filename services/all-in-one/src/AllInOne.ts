@@ -1,0 +1,41 @@
+/**
+ * Every service and the edge in one process, on one bus: the embedded one by default, NATS when
+ * `NATS_URL` is set. Production runs the same layers one per process (each service's main.ts).
+ */
+import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
+import { BusConfig } from "@switchboard/bus"
+import { Edge } from "@switchboard/edge"
+import { Logging, Telemetry } from "@switchboard/telemetry"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+
+const devToken = (tokens: Tokens.TokensShape) =>
+  Effect.gen(function*() {
+    const token = yield* Effect.orDie(tokens.issue({ sub: "dev", ttl: "24 hours", privilege: "full", admin: true }))
+    yield* Console.log(
+      [
+        "",
+        "SWITCHBOARD_JWT_SECRET is not set: this run uses a random secret, so tokens die with the process.",
+        "Development token (sub=dev, privilege=full, admin, valid 24h):",
+        "",
+        `  ${token}`,
+        "",
+        "Set SWITCHBOARD_JWT_SECRET to keep tokens across restarts and mint more with `npm run token -- --sub <user>`.",
+        ""
+      ].join("\n")
+    )
+  })
+
+/** The services, wired to whatever Bus, Kv and Tracing are provided. */
+export const services = Layer.mergeAll(Edge.layer()).pipe(
+  Layer.provideMerge(AuthService.layer),
+  Layer.provideMerge(AuthClient.layer),
+  Layer.provide(Tokens.layerWithDevFallback(devToken))
+)
+
+export const layer = services.pipe(
+  Layer.provide(BusConfig.layer("switchboard")),
+  Layer.provide(Telemetry.layer("switchboard")),
+  Layer.provide(Logging.layer)
+)

@@ -1,0 +1,1 @@
+export * as AllInOne from "./AllInOne.ts"

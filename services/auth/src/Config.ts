@@ -1,0 +1,15 @@
+/** Every setting of the auth service, read once. */
+import * as Config from "effect/Config"
+
+export const secret = Config.option(
+  Config.redacted("SWITCHBOARD_JWT_SECRET").pipe(
+    Config.withDescription("HS256 secret for development tokens. When unset, all-in-one generates one and prints a dev token.")
+  )
+)
+export const jwksUrl = Config.option(
+  Config.url("SWITCHBOARD_JWKS_URL").pipe(Config.withDescription("JWKS URL for RS256/ES256 production tokens"))
+)
+export const issuer = Config.option(Config.string("SWITCHBOARD_JWT_ISSUER").pipe(Config.withDescription("Required `iss` claim")))
+export const audience = Config.option(
+  Config.string("SWITCHBOARD_JWT_AUDIENCE").pipe(Config.withDescription("Required `aud` claim"))
+)

@@ -1,0 +1,141 @@
+/**
+ * Token verification and (for development) issuing, with `jose`. HS256 with a shared secret by
+ * default; a JWKS URL with issuer and audience checks in production. Expiry and `nbf` are checked
+ * by `jwtVerify` itself.
+ */
+import { Auth } from "@switchboard/protocol"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyOptions, SignJWT } from "jose"
+import { randomBytes } from "node:crypto"
+import * as AuthConfig from "./Config.ts"
+
+export class InvalidToken extends Data.TaggedError("InvalidToken")<{ readonly reason: string }> {
+  override get message() {
+    return this.reason
+  }
+}
+
+export interface IssueOptions {
+  readonly sub: string
+  readonly ttl?: Duration.DurationInput
+  readonly privilege?: Auth.Privilege
+  readonly topics?: ReadonlyArray<string>
+  readonly admin?: boolean
+}
+
+export interface TokensShape {
+  readonly verify: (token: string) => Effect.Effect<Auth.Claims, InvalidToken>
+  /** Signs a development token; fails when only a JWKS (no secret) is configured. */
+  readonly issue: (options: IssueOptions) => Effect.Effect<string, InvalidToken>
+}
+
+export class Tokens extends Context.Tag("@switchboard/auth/Tokens")<Tokens, TokensShape>() {}
+
+const decodeClaims = Schema.decodeUnknownEither(Auth.Claims)
+
+const explain = (e: unknown): string => {
+  if (e instanceof errors.JWTExpired) return "token expired"
+  if (e instanceof errors.JWTClaimValidationFailed) return `claim ${e.claim} invalid: ${e.reason}`
+  if (e instanceof errors.JWSSignatureVerificationFailed) return "signature verification failed"
+  if (e instanceof errors.JWSInvalid || e instanceof errors.JWTInvalid) return "malformed token"
+  if (e instanceof errors.JOSEAlgNotAllowed) return "algorithm not allowed"
+  return e instanceof Error ? e.message : "invalid token"
+}
+
+interface KeyOptions {
+  readonly secret: Option.Option<Uint8Array>
+  readonly jwksUrl: Option.Option<URL>
+  readonly issuer: Option.Option<string>
+  readonly audience: Option.Option<string>
+}
+
+export const make = (options: KeyOptions): TokensShape => {
+  const checks: JWTVerifyOptions = {
+    ...Option.match(options.issuer, { onNone: () => ({}), onSome: (issuer) => ({ issuer }) }),
+    ...Option.match(options.audience, { onNone: () => ({}), onSome: (audience) => ({ audience }) })
+  }
+  const jwks = Option.map(options.jwksUrl, (url) => createRemoteJWKSet(url))
+  const verifyWith = (token: string) =>
+    Option.isSome(jwks)
+      ? jwtVerify(token, jwks.value, { ...checks, algorithms: ["RS256", "ES256", "EdDSA"] })
+      : Option.isSome(options.secret)
+      ? jwtVerify(token, options.secret.value, { ...checks, algorithms: ["HS256"] })
+      : Promise.reject(new Error("no verification key configured"))
+
+  return {
+    verify: (token) =>
+      Effect.tryPromise({ try: () => verifyWith(token), catch: (e) => new InvalidToken({ reason: explain(e) }) }).pipe(
+        Effect.flatMap(({ payload }) =>
+          Effect.mapError(decodeClaims(payload), () => new InvalidToken({ reason: "token lacks a usable `sub` claim" }))
+        )
+      ),
+    issue: (o) =>
+      Option.match(options.secret, {
+        onNone: () => Effect.fail(new InvalidToken({ reason: "no SWITCHBOARD_JWT_SECRET: cannot issue tokens" })),
+        onSome: (key) =>
+          Effect.tryPromise({
+            try: () => {
+              const jwt = new SignJWT({
+                ...(o.privilege === undefined ? {} : { privilege: o.privilege }),
+                ...(o.topics === undefined ? {} : { topics: [...o.topics] }),
+                ...(o.admin === undefined ? {} : { admin: o.admin })
+              })
+                .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+                .setSubject(o.sub)
+                .setIssuedAt()
+                .setExpirationTime(`${Math.max(1, Math.round(Duration.toSeconds(o.ttl ?? "1 hour")))}s`)
+              Option.map(options.issuer, (i) => jwt.setIssuer(i))
+              Option.map(options.audience, (a) => jwt.setAudience(a))
+              return jwt.sign(key)
+            },
+            catch: (e) => new InvalidToken({ reason: explain(e) })
+          })
+      })
+  }
+}
+
+const encoder = new TextEncoder()
+
+const fromConfig = (fallbackSecret: Option.Option<string>) =>
+  Effect.gen(function*() {
+    const secret = yield* AuthConfig.secret
+    const jwksUrl = yield* AuthConfig.jwksUrl
+    const key = Option.orElse(Option.map(secret, Redacted.value), () => fallbackSecret)
+    if (Option.isNone(key) && Option.isNone(jwksUrl)) {
+      return yield* Effect.dieMessage(
+        "auth: set SWITCHBOARD_JWT_SECRET (HS256) or SWITCHBOARD_JWKS_URL; refusing to start without a verification key"
+      )
+    }
+    return make({
+      secret: Option.map(key, (k) => encoder.encode(k)),
+      jwksUrl,
+      issuer: yield* AuthConfig.issuer,
+      audience: yield* AuthConfig.audience
+    })
+  })
+
+/** Keys from the environment; fails at start when none is configured. */
+export const layer: Layer.Layer<Tokens> = Layer.effect(Tokens, fromConfig(Option.none())).pipe(Layer.orDie)
+
+/**
+ * For one-process development: when no key is configured, a random secret is generated and
+ * `onGenerated` is told, so that the caller can print a labelled dev token.
+ */
+export const layerWithDevFallback = (onGenerated: (tokens: TokensShape) => Effect.Effect<void>): Layer.Layer<Tokens> =>
+  Layer.effect(
+    Tokens,
+    Effect.gen(function*() {
+      const configured = Option.isSome(yield* AuthConfig.secret) || Option.isSome(yield* AuthConfig.jwksUrl)
+      if (configured) return yield* fromConfig(Option.none())
+      const tokens = yield* fromConfig(Option.some(randomBytes(32).toString("base64url")))
+      yield* onGenerated(tokens)
+      return tokens
+    })
+  ).pipe(Layer.orDie)

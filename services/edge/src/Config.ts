@@ -1,0 +1,49 @@
+/** Every setting of the edge, read once. Defaults never get in the way of normal or benchmark traffic. */
+import * as Config from "effect/Config"
+
+export const port = Config.integer("PORT").pipe(
+  Config.validate({ message: "PORT must be 0 (any free port) to 65535", validation: (p) => p >= 0 && p <= 65535 }),
+  Config.withDescription("HTTP/WebSocket port; 0 picks a free one"),
+  Config.withDefault(8080)
+)
+export const host = Config.string("HOST").pipe(Config.withDescription("Address to bind"), Config.withDefault("127.0.0.1"))
+export const allowedOrigins = Config.string("ALLOWED_ORIGINS").pipe(
+  Config.withDescription("Comma-separated allowed Origin values for upgrades; * accepts any (and warns)"),
+  Config.withDefault("*"),
+  Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
+)
+export const maxPayload = Config.integer("EDGE_MAX_PAYLOAD").pipe(
+  Config.withDescription("Largest accepted frame in bytes; larger closes with 1009"),
+  Config.withDefault(1024 * 1024)
+)
+export const pingInterval = Config.duration("EDGE_PING_INTERVAL").pipe(
+  Config.withDescription("Ping every socket this often; one without a pong by the next ping is terminated"),
+  Config.withDefault("30 seconds")
+)
+export const outboundHighWaterMark = Config.integer("EDGE_OUTBOUND_HWM").pipe(
+  Config.withDescription("Bytes buffered towards one socket before it is closed with 1013 as a slow consumer"),
+  Config.withDefault(8 * 1024 * 1024)
+)
+export const rateLimit = Config.number("EDGE_RATE_LIMIT").pipe(
+  Config.withDescription("Frames per second per connection before frames are marked rate-limited"),
+  Config.withDefault(5_000)
+)
+export const rateBurst = Config.number("EDGE_RATE_BURST").pipe(
+  Config.withDescription("Burst allowance per connection, in frames"),
+  Config.withDefault(10_000)
+)
+export const openTimeout = Config.duration("EDGE_OPEN_TIMEOUT").pipe(
+  Config.withDescription("How long a new socket waits for its service to take it"),
+  Config.withDefault("5 seconds")
+)
+export const heartbeatInterval = Config.duration("EDGE_HEARTBEAT_INTERVAL").pipe(
+  Config.withDescription("How often the edge renews its liveness key in KV (the key lives 3 intervals)"),
+  Config.withDefault("5 seconds")
+)
+export const shutdownGrace = Config.duration("EDGE_SHUTDOWN_GRACE").pipe(
+  Config.withDescription("How long sockets get to close on shutdown before they are terminated"),
+  Config.withDefault("5 seconds")
+)
+export const edgeId = Config.option(
+  Config.string("EDGE_ID").pipe(Config.withDescription("This edge's id on the bus; random when unset"))
+)

@@ -1,0 +1,469 @@
+/**
+ * The edge: terminates WebSockets and moves raw text frames between sockets and the bus. It
+ * authenticates upgrades, enforces Origin, frame size, rate, ping/pong and backpressure, and knows
+ * nothing about the protocols above. The socket loop is plain callbacks on purpose: it runs once
+ * per frame, and an Effect per frame would cost more than the relay itself.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Bus, Kv, Subjects } from "@switchboard/bus"
+import { Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
+import { Telemetry } from "@switchboard/telemetry"
+import { context as otelContext, type Span, SpanKind, trace } from "@opentelemetry/api"
+import type * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import { randomBytes, randomUUID } from "node:crypto"
+import * as Http from "node:http"
+import type { Duplex } from "node:stream"
+import { WebSocket, WebSocketServer } from "ws"
+import * as EdgeConfig from "./Config.ts"
+import { EdgeMetrics } from "./Metrics.ts"
+import { type Route, type RouteTable, standard } from "./Routes.ts"
+
+const CloseCode = EdgeProtocol.CloseCode
+
+export interface EdgeServerShape {
+  readonly id: Subjects.EdgeId
+  /** The bound port (useful with PORT=0). */
+  readonly port: number
+  readonly url: string
+  readonly metrics: EdgeMetrics
+  readonly connections: () => number
+}
+
+export class EdgeServer extends Context.Tag("@switchboard/edge/EdgeServer")<EdgeServer, EdgeServerShape>() {}
+
+/** A handler for plain HTTP requests that other layers mount on the edge's port (admin APIs). */
+export type HttpHandler = (req: Http.IncomingMessage, res: Http.ServerResponse) => boolean
+
+export class HttpHandlers extends Context.Reference<HttpHandlers>()("@switchboard/edge/HttpHandlers", {
+  defaultValue: (): ReadonlyArray<HttpHandler> => []
+}) {}
+
+export interface EdgeOptions {
+  readonly routes?: RouteTable
+}
+
+/** Tokens bucket per connection: refills at `rate`/s up to `burst`; goes negative while over. */
+class RateBudget {
+  private tokens: number
+  private last = performance.now()
+  constructor(
+    private readonly rate: number,
+    private readonly burst: number
+  ) {
+    this.tokens = burst
+  }
+  /** Takes one token. `ok` when within the limit; `abusive` when twice the burst over it. */
+  take(): "ok" | "limited" | "abusive" {
+    const now = performance.now()
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.rate)
+    this.last = now
+    this.tokens -= 1
+    if (this.tokens >= 0) return "ok"
+    return this.tokens < -this.burst ? "abusive" : "limited"
+  }
+}
+
+interface Socket {
+  readonly id: Subjects.ConnId
+  readonly ws: WebSocket
+  readonly path: string
+  readonly route: Route
+  readonly subject: string
+  readonly frameHeaders: Bus.Headers
+  readonly limitedHeaders: Bus.Headers
+  readonly budget: RateBudget
+  state: "opening" | "open" | "closed"
+  /** Frames that arrived before the service took the connection. */
+  pending: Array<readonly [Buffer, boolean]>
+  closedWith: readonly [number, string] | undefined
+  alive: boolean
+}
+
+const MAX_PENDING_FRAMES = 1024
+
+const encodeOpen = Schema.encodeSync(Schema.parseJson(EdgeProtocol.OpenEvent))
+const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.OpenReply))
+const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
+const decoder = new TextDecoder()
+
+const STATUS_TEXT: Record<number, string> = { 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable" }
+
+/** Answers an upgrade request with a plain HTTP error and closes the TCP socket. */
+const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
+  if (!socket.writable) return socket.destroy()
+  const body = `${message}\n`
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  )
+}
+
+const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => {
+  const header = req.headers.authorization
+  if (header !== undefined) {
+    const m = /^Bearer\s+(.+)$/i.exec(header.trim())
+    if (m !== null) return m[1]
+  }
+  return url.searchParams.get("token") ?? undefined
+}
+
+const make = (options: EdgeOptions) =>
+  Effect.gen(function*() {
+    const bus = yield* Bus.Bus
+    const kv = yield* Kv.Kv
+    const auth = yield* AuthClient.AuthClient
+    const { tracer } = yield* Telemetry.Tracing
+    const handlers = yield* HttpHandlers
+    const routes = options.routes ?? standard
+    const config = {
+      port: yield* EdgeConfig.port,
+      host: yield* EdgeConfig.host,
+      origins: yield* EdgeConfig.allowedOrigins,
+      maxPayload: yield* EdgeConfig.maxPayload,
+      pingInterval: yield* EdgeConfig.pingInterval,
+      hwm: yield* EdgeConfig.outboundHighWaterMark,
+      rate: yield* EdgeConfig.rateLimit,
+      burst: yield* EdgeConfig.rateBurst,
+      openTimeout: yield* EdgeConfig.openTimeout,
+      heartbeat: yield* EdgeConfig.heartbeatInterval,
+      grace: yield* EdgeConfig.shutdownGrace
+    }
+    const edgeId = Subjects.EdgeId(
+      Option.getOrElse(yield* EdgeConfig.edgeId, () => `edge-${randomBytes(6).toString("hex")}`)
+    )
+    const anyOrigin = config.origins.includes("*")
+    if (anyOrigin) {
+      yield* Effect.logWarning("ALLOWED_ORIGINS is *: any web page may open sockets here; set an allow-list in production")
+    }
+
+    const metrics = new EdgeMetrics()
+    const sockets = new Map<Subjects.ConnId, Socket>()
+    let shuttingDown = false
+    const fibers = yield* FiberSet.make()
+    const runFork = yield* FiberSet.runtime(fibers)<never>()
+
+    // --- outbound: what services send to this edge's sockets -------------------------------
+
+    const send = (s: Socket, data: Uint8Array) => {
+      if (s.state === "closed" || s.ws.readyState !== WebSocket.OPEN) return
+      if (s.ws.bufferedAmount + data.byteLength > config.hwm) {
+        closeSocket(s, CloseCode.TryAgainLater, "slow consumer: outbound buffer full")
+        return
+      }
+      metrics.framesOut++
+      metrics.bytesOut += data.byteLength
+      s.ws.send(data, { binary: false })
+    }
+
+    const deliverSpan = (traceparent: string | undefined, conns: string): Span | undefined => {
+      if (Option.isNone(tracer) || traceparent === undefined) return undefined
+      const parent = Telemetry.parentSpan(traceparent)
+      if (Option.isNone(parent)) return undefined
+      const ctx = trace.setSpanContext(otelContext.active(), {
+        traceId: parent.value.traceId,
+        spanId: parent.value.spanId,
+        traceFlags: parent.value.sampled ? 1 : 0,
+        isRemote: true
+      })
+      return tracer.value.startSpan("edge.deliver", { kind: SpanKind.PRODUCER, attributes: { "sb.conn": conns, "sb.edge": edgeId } }, ctx)
+    }
+
+    const onOutbound = (m: Bus.BusMessage) => {
+      const op = m.header(Subjects.Header.op)
+      if (op === "deliver") {
+        const one = m.header(Subjects.Header.conn)
+        const span = deliverSpan(m.header(Subjects.Header.traceparent), one ?? m.header(Subjects.Header.conns) ?? "")
+        if (one !== undefined) {
+          const s = sockets.get(Subjects.ConnId(one))
+          if (s) send(s, m.data)
+        } else {
+          for (const id of (m.header(Subjects.Header.conns) ?? "").split(",")) {
+            const s = sockets.get(Subjects.ConnId(id))
+            if (s) send(s, m.data)
+          }
+        }
+        span?.end()
+      } else if (op === "close") {
+        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        if (s) closeSocket(s, Number(m.header(Subjects.Header.code) ?? CloseCode.Normal), m.header(Subjects.Header.reason) ?? "")
+      }
+    }
+
+    // --- inbound: frames from sockets to their actor ---------------------------------------
+
+    const forward = (s: Socket, data: Buffer, limited: boolean) => {
+      let headers = limited ? s.limitedHeaders : s.frameHeaders
+      let span: Span | undefined
+      if (Option.isSome(tracer) && s.route.traceInbound) {
+        span = tracer.value.startSpan("edge.receive", {
+          kind: SpanKind.CONSUMER,
+          attributes: { "sb.conn": s.id, "sb.edge": edgeId, "sb.path": s.path }
+        })
+        const sc = span.spanContext()
+        headers = { ...headers, ...Telemetry.traceHeaders({ traceId: sc.traceId, spanId: sc.spanId, sampled: (sc.traceFlags & 1) === 1 }) }
+      }
+      const t0 = performance.now()
+      try {
+        bus.unsafePublish(s.subject, data, headers)
+      } catch {
+        closeSocket(s, CloseCode.InternalError, "bus unavailable")
+      }
+      metrics.observePublish((performance.now() - t0) / 1000)
+      span?.end()
+    }
+
+    const onFrame = (s: Socket, data: Buffer, isBinary: boolean) => {
+      if (isBinary) return closeSocket(s, CloseCode.Unsupported, "binary frames are not supported; send text")
+      metrics.framesIn++
+      metrics.bytesIn += data.byteLength
+      const budget = s.budget.take()
+      if (budget === "abusive") return closeSocket(s, CloseCode.PolicyViolation, "rate limit exceeded")
+      const limited = budget === "limited"
+      if (limited) metrics.rateLimited++
+      if (s.state === "opening") {
+        if (s.pending.length >= MAX_PENDING_FRAMES) return closeSocket(s, CloseCode.TryAgainLater, "too many frames before the session started")
+        s.pending.push([data, limited])
+        return
+      }
+      if (s.state === "open") forward(s, data, limited)
+    }
+
+    // --- lifecycle -------------------------------------------------------------------------
+
+    const tellClosed = (s: Socket, code: number, reason: string) => {
+      try {
+        bus.unsafePublish(s.subject, "", {
+          [Subjects.Header.op]: "closed",
+          [Subjects.Header.conn]: s.id,
+          [Subjects.Header.edge]: edgeId,
+          [Subjects.Header.code]: String(code),
+          [Subjects.Header.reason]: reason
+        })
+      } catch {
+        // The bus is gone; the service finds out through this edge's expired heartbeat.
+      }
+    }
+
+    const closeSocket = (s: Socket, code: number, reason: string) => {
+      if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
+      s.ws.close(code, reason)
+      // A peer that does not read will never see the close frame; don't wait on it for long.
+      const timer = setTimeout(() => s.ws.terminate(), Duration.toMillis(config.grace))
+      timer.unref()
+    }
+
+    const onClose = (s: Socket, code: number, reason: string) => {
+      const wasOpen = s.state === "open"
+      s.state = "closed"
+      sockets.delete(s.id)
+      metrics.closed(s.path, code)
+      if (wasOpen) tellClosed(s, code, reason)
+      else s.closedWith = [code, reason]
+    }
+
+    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent, user: string | undefined) =>
+      bus
+        .request(Subjects.open(s.route.service), encodeOpen(event), {
+          timeout: config.openTimeout,
+          headers: {
+            [Subjects.Header.op]: "open",
+            [Subjects.Header.conn]: s.id,
+            [Subjects.Header.edge]: edgeId,
+            ...(user === undefined ? {} : { [Subjects.Header.user]: user })
+          }
+        })
+        .pipe(
+          Effect.flatMap((m) => decodeOpenReply(decoder.decode(m.data))),
+          Effect.match({
+            onFailure: (e) => {
+              if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
+              if (e._tag === "RequestTimeout") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service did not answer`)
+              return closeSocket(s, CloseCode.InternalError, "could not start the session")
+            },
+            onSuccess: (reply) => {
+              if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
+              if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
+              s.state = "open"
+              const pending = s.pending
+              s.pending = []
+              for (const [data, limited] of pending) forward(s, data, limited)
+            }
+          })
+        )
+
+    const wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: config.maxPayload,
+      perMessageDeflate: false,
+      clientTracking: false,
+      handleProtocols: (offered, req) => {
+        const route = routes[new URL(req.url ?? "/", "http://edge").pathname]
+        return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
+      }
+    })
+
+    const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims | undefined) =>
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        const id = Subjects.ConnId(randomUUID())
+        const base = {
+          [Subjects.Header.op]: "frame",
+          [Subjects.Header.conn]: id,
+          [Subjects.Header.edge]: edgeId,
+          ...(claims === undefined ? {} : { [Subjects.Header.user]: claims.sub })
+        }
+        const s: Socket = {
+          id,
+          ws,
+          path: url.pathname,
+          route,
+          subject: Subjects.conn(route.service, id),
+          frameHeaders: base,
+          limitedHeaders: { ...base, [Subjects.Header.reason]: "rate-limited" },
+          budget: new RateBudget(config.rate, config.burst),
+          state: "opening",
+          pending: [],
+          closedWith: undefined,
+          alive: true
+        }
+        sockets.set(id, s)
+        metrics.opened(s.path)
+        ws.on("message", (data: Buffer, isBinary) => onFrame(s, data, isBinary))
+        ws.on("pong", () => {
+          s.alive = true
+        })
+        ws.on("close", (code, reason) => onClose(s, code, reason.toString()))
+        ws.on("error", () => {
+          // ws closes the socket itself (1002/1007/1009) and emits `close` after this.
+        })
+        const query: Record<string, string> = {}
+        for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
+        const origin = req.headers.origin
+        const event: EdgeProtocol.OpenEvent = {
+          path: url.pathname,
+          query,
+          openedAt: Date.now(),
+          ...(origin === undefined ? {} : { origin }),
+          ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
+          ...(claims === undefined ? {} : { claims })
+        }
+        runFork(startSession(s, event, claims?.sub))
+      })
+
+    const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      socket.on("error", () => socket.destroy())
+      if (shuttingDown) return refuseUpgrade(socket, 503, "shutting down")
+      const url = new URL(req.url ?? "/", "http://edge")
+      const route = routes[url.pathname]
+      if (route === undefined) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${url.pathname}`)
+      const origin = req.headers.origin
+      if (!anyOrigin && origin !== undefined && !config.origins.includes(origin)) {
+        return refuseUpgrade(socket, 403, `origin ${origin} is not allowed`)
+      }
+      const token = bearer(req, url)
+      if (token === undefined) {
+        if (route.auth === "upgrade") return refuseUpgrade(socket, 401, "a bearer token is required (Authorization header or ?token=)")
+        return accept(req, socket, head, url, route, undefined)
+      }
+      runFork(
+        auth.verify(token).pipe(
+          Effect.either,
+          Effect.map(
+            Either.match({
+              onLeft: (e) =>
+                refuseUpgrade(socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
+              onRight: (claims) => (shuttingDown ? refuseUpgrade(socket, 503, "shutting down") : accept(req, socket, head, url, route, claims))
+            })
+          )
+        )
+      )
+    }
+
+    const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+      const path = new URL(req.url ?? "/", "http://edge").pathname
+      const reply = (status: number, body: string, type = "text/plain; charset=utf-8") => {
+        res.writeHead(status, { "content-type": type, "content-length": Buffer.byteLength(body) })
+        res.end(body)
+      }
+      if (req.method === "GET" && path === "/healthz") return reply(200, "ok\n")
+      if (req.method === "GET" && path === "/readyz") {
+        return shuttingDown ? reply(503, "shutting down\n") : bus.isConnected() ? reply(200, "ready\n") : reply(503, "bus disconnected\n")
+      }
+      if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
+      for (const handle of handlers) if (handle(req, res)) return
+      if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
+      reply(404, "not found\n")
+    }
+
+    // --- resources, in the order they must be released --------------------------------------
+
+    yield* bus.subscribe(Subjects.edgeOut(edgeId), onOutbound)
+
+    const edges = yield* kv.bucket(Subjects.Bucket.edges, { ttl: Duration.times(config.heartbeat, 3) })
+    const startedAt = Date.now()
+    yield* edges.put(Subjects.Key.edge(edgeId), encodeHeartbeat({ startedAt, connections: sockets.size })).pipe(
+      Effect.zipRight(Effect.void),
+      Effect.catchAll((e) => Effect.logWarning("edge heartbeat failed", e)),
+      Effect.repeat(Schedule.spaced(config.heartbeat)),
+      Effect.forkScoped
+    )
+
+    const server = yield* Effect.acquireRelease(
+      Effect.async<Http.Server, Error>((resume) => {
+        const server = Http.createServer(onRequest)
+        server.on("upgrade", onUpgrade)
+        server.once("error", (e) => resume(Effect.fail(e)))
+        server.listen(config.port, config.host, () => resume(Effect.succeed(server)))
+      }),
+      (server) =>
+        Effect.gen(function*() {
+          shuttingDown = true
+          const open = [...sockets.values()]
+          yield* Effect.logInfo(`edge ${edgeId} shutting down: closing ${open.length} sockets with 1001`)
+          yield* Effect.async<void>((resume) => {
+            if (open.length === 0) return resume(Effect.void)
+            let left = open.length
+            for (const s of open) {
+              s.ws.once("close", () => --left === 0 && resume(Effect.void))
+              closeSocket(s, CloseCode.GoingAway, "server shutting down")
+            }
+          }).pipe(Effect.timeout(Duration.sum(config.grace, "1 second")), Effect.ignore)
+          yield* Effect.async<void>((resume) => {
+            server.close(() => resume(Effect.void))
+            server.closeAllConnections()
+          })
+          yield* edges.delete(Subjects.Key.edge(edgeId)).pipe(Effect.ignore)
+        })
+    ).pipe(Effect.orDie)
+
+    const ping = setInterval(() => {
+      for (const s of sockets.values()) {
+        if (!s.alive) {
+          s.ws.terminate()
+          continue
+        }
+        s.alive = false
+        s.ws.ping()
+      }
+    }, Duration.toMillis(config.pingInterval))
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(ping)))
+
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : config.port
+    const url = `http://${config.host}:${port}`
+    yield* Effect.logInfo(`edge ${edgeId} listening on ${url} (${Object.keys(routes).join(", ")})`)
+    return { id: edgeId, port, url, metrics, connections: () => sockets.size } satisfies EdgeServerShape
+  })
+
+export const layer = (
+  options: EdgeOptions = {}
+): Layer.Layer<EdgeServer, Bus.BusError | ConfigError.ConfigError, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Telemetry.Tracing> =>
+  Layer.scoped(EdgeServer, make(options))

@@ -1,0 +1,3 @@
+export * as Edge from "./Edge.ts"
+export * as EdgeConfig from "./Config.ts"
+export * as Routes from "./Routes.ts"

@@ -1,0 +1,175 @@
+/**
+ * The edge over real sockets, with the echo service behind it: auth at upgrade, Origin, frame
+ * rules (binary 1003, oversized 1009), ping/pong, slow consumers (1013), rate limits and shutdown.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Edge } from "@switchboard/edge"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Scope from "effect/Scope"
+import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
+import * as Echo from "./support/Echo.ts"
+import { NatsServer } from "@switchboard/testing"
+import { busLayer, namespace, stack, type StackOptions, token } from "./support/Stack.ts"
+
+/** Builds an edge + echo stack in its own scope, so a test can shut it down itself. */
+const start = (options: StackOptions = {}) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const ctx = yield* Layer.buildWithScope(
+      stack(busLayer(), { routes: { ...Echo.routes, "/v0/ws": { service: "echo", auth: "upgrade", traceInbound: true } }, services: Echo.layer, ...options }),
+      scope
+    )
+    const edge = Edge.EdgeServer.of(ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape)
+    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+    return { edge, ws: edge.url.replace("http", "ws"), shutdown: Scope.close(scope, Exit.void) }
+  })
+
+/** The HTTP status an upgrade was refused with, or a description of what happened instead. */
+const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.either(effect).pipe(
+    Effect.map((r) => (r._tag === "Right" ? "accepted" : r.left instanceof UpgradeRefused ? r.left.status : `failed: ${String(r.left)}`))
+  )
+
+describe("edge", () => {
+  it.scopedLive("relays text frames both ways and serves health, readiness and metrics", () =>
+    Effect.gen(function*() {
+      const { edge, ws } = yield* start()
+      const c = yield* connect(`${ws}/echo`)
+      c.send({ jsonrpc: "2.0", id: 1, method: "ping" })
+      expect(yield* c.next).toEqual({ jsonrpc: "2.0", id: 1, method: "ping" })
+      const health = yield* Effect.promise(() => fetch(`${edge.url}/healthz`))
+      expect(health.status).toBe(200)
+      const ready = yield* Effect.promise(() => fetch(`${edge.url}/readyz`))
+      expect(ready.status).toBe(200)
+      const metrics = yield* Effect.promise(() => fetch(`${edge.url}/metrics`).then((r) => r.text()))
+      expect(metrics).toContain('switchboard_edge_connections{path="/echo"} 1')
+      expect(metrics).toMatch(/switchboard_edge_frames_in_total 1\n/)
+      expect(metrics).toContain("switchboard_edge_bus_publish_seconds_count 1")
+    }))
+
+  it.scopedLive("authenticates before the upgrade: 401 for a bad, expired or missing token", () =>
+    Effect.gen(function*() {
+      const { ws } = yield* start()
+      const good = yield* token({ sub: "alice" })
+      const expired = yield* token({ sub: "alice", ttl: "1 second" }).pipe(Effect.tap(() => Effect.sleep("2100 millis")))
+      const c = yield* connect(`${ws}/v0/ws?topic=t&token=${good}`)
+      c.send("hi")
+      expect(yield* c.nextText).toBe("hi")
+      const byHeader = yield* connect(`${ws}/v0/ws?topic=t`, { headers: { authorization: `Bearer ${good}` } })
+      byHeader.send("by header")
+      expect(yield* byHeader.nextText).toBe("by header")
+      expect(yield* refusal(connect(`${ws}/v0/ws?topic=t`))).toBe(401)
+      expect(yield* refusal(connect(`${ws}/v0/ws?topic=t&token=garbage`))).toBe(401)
+      expect(yield* refusal(connect(`${ws}/v0/ws?topic=t&token=${expired}`))).toBe(401)
+      expect(yield* refusal(connect(`${ws}/v0/ws?topic=t&token=${good.slice(0, -2)}xx`))).toBe(401)
+      // `optional` routes take a missing token but not a bad one.
+      yield* connect(`${ws}/echo`)
+      expect(yield* refusal(connect(`${ws}/echo?token=garbage`))).toBe(401)
+      expect(yield* refusal(connect(`${ws}/nowhere`))).toBe(404)
+    }))
+
+  it.scopedLive("refuses origins outside the allow-list with 403", () =>
+    Effect.gen(function*() {
+      const { ws } = yield* start({ env: { ALLOWED_ORIGINS: "https://app.example.com, https://other.example.com" } })
+      expect(yield* refusal(connect(`${ws}/echo`, { origin: "https://evil.example.com" }))).toBe(403)
+      const ok = yield* connect(`${ws}/echo`, { origin: "https://other.example.com" })
+      ok.send("fine")
+      expect(yield* ok.nextText).toBe("fine")
+    }))
+
+  it.scopedLive("closes 1003 on a binary frame and 1009 on an oversized one, leaving others alone", () =>
+    Effect.gen(function*() {
+      const { ws } = yield* start({ env: { EDGE_MAX_PAYLOAD: "1024" } })
+      const bystander = yield* connect(`${ws}/echo`)
+      const binary = yield* connect(`${ws}/echo`)
+      binary.ws.send(Buffer.from([1, 2, 3]), { binary: true })
+      expect((yield* closedWith(binary)).code).toBe(1003)
+      const big = yield* connect(`${ws}/echo`)
+      big.send("x".repeat(2048))
+      expect((yield* closedWith(big)).code).toBe(1009)
+      const fits = yield* connect(`${ws}/echo`)
+      fits.send("y".repeat(1000))
+      expect((yield* fits.nextText).length).toBe(1000)
+      bystander.send("still here")
+      expect(yield* bystander.nextText).toBe("still here")
+    }))
+
+  it.scopedLive("terminates a socket that stops answering pings", () =>
+    Effect.gen(function*() {
+      const { edge, ws } = yield* start({ env: { EDGE_PING_INTERVAL: "150 millis" } })
+      const healthy = yield* connect(`${ws}/echo`)
+      const silent = yield* connect(`${ws}/echo`, { autoPong: false })
+      expect((yield* closedWith(silent)).code).toBe(1006)
+      healthy.send("alive")
+      expect(yield* healthy.nextText).toBe("alive")
+      expect(edge.connections()).toBe(1)
+    }))
+
+  it.scopedLive("closes a slow consumer with 1013 instead of buffering without limit", () =>
+    Effect.gen(function*() {
+      const { edge, ws } = yield* start({ env: { EDGE_OUTBOUND_HWM: "65536" } })
+      const slow = yield* connect(`${ws}/echo`)
+      const fast = yield* connect(`${ws}/echo`)
+      // Stop reading: the kernel buffers fill, then the edge's buffer passes the high-water mark.
+      const raw = (slow.ws as unknown as { _socket: import("node:net").Socket })._socket
+      raw.pause()
+      const frame = "z".repeat(60_000)
+      // 30 MB of echoes against a reader that has stopped: far more than the kernel's socket
+      // buffers hold. Paced so they pile up in the edge; bounded in count.
+      for (let i = 0; i < 500; i++) {
+        slow.send(frame)
+        yield* Effect.sleep("1 millis")
+      }
+      raw.resume()
+      expect((yield* closedWith(slow)).code).toBe(1013)
+      fast.send("unaffected")
+      expect(yield* fast.nextText).toBe("unaffected")
+    }), 30_000)
+
+  it.scopedLive("answers frames over the rate limit with an error, never silently, and closes abusers", () =>
+    Effect.gen(function*() {
+      const { ws } = yield* start({ env: { EDGE_RATE_LIMIT: "1", EDGE_RATE_BURST: "5" } })
+      const c = yield* connect(`${ws}/echo`)
+      for (let i = 0; i < 8; i++) c.send({ jsonrpc: "2.0", id: i, method: "m" })
+      const answers = yield* Effect.forEach(Array.from({ length: 8 }), () => c.next)
+      expect(answers.slice(0, 5)).toEqual([0, 1, 2, 3, 4].map((id) => ({ jsonrpc: "2.0", id, method: "m" })))
+      expect(answers.slice(5)).toEqual(
+        Array.from({ length: 3 }, () => ({ jsonrpc: "2.0", id: null, error: { code: -32000, message: "Rate limit exceeded" } }))
+      )
+      for (let i = 0; i < 20; i++) c.send({ jsonrpc: "2.0", id: 100 + i, method: "flood" })
+      const closed = yield* closedWith(c)
+      expect(closed).toEqual({ code: 1008, reason: "rate limit exceeded" })
+    }))
+
+  it.scopedLive("shuts down gracefully: 1001 to open sockets, 503 to new upgrades", () =>
+    Effect.gen(function*() {
+      const { edge, shutdown, ws } = yield* start()
+      const a = yield* connect(`${ws}/echo`)
+      const b = yield* connect(`${ws}/echo`)
+      const closing = yield* Effect.fork(shutdown)
+      expect(yield* closedWith(a)).toEqual({ code: 1001, reason: "server shutting down" })
+      expect((yield* closedWith(b)).code).toBe(1001)
+      yield* closing.await
+      expect(edge.connections()).toBe(0)
+      const after = yield* Effect.either(connect(`${ws}/echo`))
+      expect(after._tag).toBe("Left")
+    }))
+
+  it.scopedLive("relays over NATS to a service on another connection, and closes 1013 when none listens", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { routes: Echo.routes }))
+      const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
+      const url = `${edge.url.replace("http", "ws")}/echo`
+      const orphan = yield* connect(url)
+      expect(yield* closedWith(orphan)).toEqual({ code: 1013, reason: "echo service unavailable" })
+      yield* Layer.build(Echo.layer.pipe(Layer.provide(busLayer(servers, ns))))
+      const c = yield* connect(url)
+      for (let i = 0; i < 100; i++) c.send({ jsonrpc: "2.0", id: i, method: "m" })
+      const got = yield* Effect.forEach(Array.from({ length: 100 }), () => c.next)
+      expect(got).toEqual(Array.from({ length: 100 }, (_, id) => ({ jsonrpc: "2.0", id, method: "m" })))
+    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+})
