@@ -139,12 +139,15 @@ export const host = <R>(options: HostOptions<R>) =>
           bus.subscribe(Subjects.conn(options.service, connId), (m) => void Queue.unsafeOffer(mailbox, m)),
           scope
         )
+        const out = Subjects.edgeOut(edgeId)
+        const untraced = deliverHeaders(Subjects.Header.conn, connId, undefined)
         const connection: Connection = {
           id: connId,
           edge: edgeId,
           open: event,
           user: event.claims?.sub,
-          send: (data, traceparent) => link.send(edgeId, connId, data, traceparent),
+          send: (data, traceparent) =>
+            bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(Subjects.Header.conn, connId, traceparent)),
           close: (code, reason) => link.close(edgeId, connId, code, reason)
         }
         const made = yield* Effect.exit(Scope.extend(options.make(connection), scope))

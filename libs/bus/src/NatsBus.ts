@@ -42,13 +42,21 @@ export interface NatsOptions {
   readonly name?: string
 }
 
+/**
+ * Hot publishers (the edge, actors) reuse one header record per connection, so the converted
+ * headers are cached per record rather than rebuilt for every message.
+ */
+const converted = new WeakMap<Headers, MsgHdrs>()
 const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
   if (h === undefined) return undefined
+  const cached = converted.get(h)
+  if (cached !== undefined) return cached
   let out: MsgHdrs | undefined
   for (const k in h) {
     out ??= natsHeaders()
     out.set(k, h[k]!)
   }
+  if (out !== undefined) converted.set(h, out)
   return out
 }
 

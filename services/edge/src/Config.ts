@@ -26,11 +26,11 @@ export const outboundHighWaterMark = Config.integer("EDGE_OUTBOUND_HWM").pipe(
 )
 export const rateLimit = Config.number("EDGE_RATE_LIMIT").pipe(
   Config.withDescription("Frames per second per connection before frames are marked rate-limited"),
-  Config.withDefault(5_000)
+  Config.withDefault(50_000)
 )
 export const rateBurst = Config.number("EDGE_RATE_BURST").pipe(
   Config.withDescription("Burst allowance per connection, in frames"),
-  Config.withDefault(10_000)
+  Config.withDefault(100_000)
 )
 export const openTimeout = Config.duration("EDGE_OPEN_TIMEOUT").pipe(
   Config.withDescription("How long a new socket waits for its service to take it"),

@@ -10,6 +10,8 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
 
 export const SECRET = "test-secret-that-is-long-enough-for-hs256"
 
@@ -39,7 +41,8 @@ export const stack = (bus: Layer.Layer<Bus.Bus | Kv.Kv, Bus.BusError>, options: 
     Layer.provideMerge(Tokens.layer),
     Layer.provideMerge(options.tracing ?? Telemetry.disabled),
     Layer.provideMerge(bus),
-    Layer.provide(configFrom(options.env ?? {}))
+    Layer.provide(configFrom(options.env ?? {})),
+    Layer.provide(Logger.minimumLogLevel(LogLevel.Error))
   )
 
 /** Signs a token with the test secret. */
