@@ -41,6 +41,8 @@ export interface Connection {
 
 export interface Actor<R = never> {
   readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R>
+  /** A message from another actor (see `peer`); it may carry a reply subject. */
+  readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R>
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
 }
 
@@ -111,6 +113,15 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
       [Subjects.Header.reason]: reason
     })
 }))
+
+/**
+ * Actors address each other by their connection's subject, never by replica: a `peer` message goes
+ * into the other actor's mailbox, in order with its frames.
+ */
+export const peerHeaders = (kind: string, traceparent?: string): Headers =>
+  traceparent === undefined
+    ? { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }
+    : { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind, [Subjects.Header.traceparent]: traceparent }
 
 const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
   traceparent === undefined
@@ -190,6 +201,8 @@ export const host = <R>(options: HostOptions<R>) =>
             const op = m.header(Subjects.Header.op)
             if (op === "frame") {
               yield* actor.onFrame(new IncomingFrame(m))
+            } else if (op === "peer") {
+              if (actor.onPeer) yield* actor.onPeer(m)
             } else if (op === "closed") {
               closed = [Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""]
               break

@@ -22,15 +22,17 @@ export const Header = {
   user: "sb-user",
   code: "sb-code",
   reason: "sb-reason",
+  /** What a `peer` message between actors is (e.g. `reply`, `attach`). */
+  kind: "sb-kind",
   traceparent: "traceparent",
   tracestate: "tracestate"
 } as const
 
 /**
  * `open` and `closed` are lifecycle events from the edge, `frame` is a client frame, `deliver`
- * and `close` are instructions to the edge.
+ * and `close` are instructions to the edge, and `peer` is a message from one actor to another.
  */
-export type Op = "open" | "frame" | "closed" | "deliver" | "close"
+export type Op = "open" | "frame" | "closed" | "deliver" | "close" | "peer"
 
 /** A connection's open event: a request to the service's queue group, answered once its actor listens. */
 export const open = (service: ServiceName): string => `${service}.open`
@@ -51,13 +53,25 @@ export const Bucket = {
   /** edge id → heartbeat; expires when an edge dies. */
   edges: "edges",
   /** conn id → the actor record of a connection (service, edge, user). */
-  connections: "connections"
+  connections: "connections",
+  /** The proxy protocol's state (router). */
+  extensions: "router_extensions",
+  extensionIds: "router_extension_ids",
+  proxyConnections: "router_proxy_connections"
 } as const
+
+const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
 
 /** KV keys use `.` as a token separator, so a prefix is a subject-style filter (`a.b.>`). */
 export const Key = {
   edge: (edgeId: EdgeId): string => edgeId,
-  connection: (connId: ConnId): string => connId
+  connection: (connId: ConnId): string => connId,
+  /** A user's extensions live under one prefix; user ids are encoded since `sub` may hold any character. */
+  userExtensions: (user: string): string => `${tokenOf(user)}.>`,
+  userExtension: (user: string, extensionId: string): string => `${tokenOf(user)}.${extensionId}`,
+  /** The stable extension id of one browser (`client_id`) of one user. */
+  extensionId: (user: string, clientId: string): string => `${tokenOf(user)}.${tokenOf(clientId)}`,
+  proxyConnection: (connectionId: string): string => connectionId
 } as const
 
 /** NATS subject tokens and KV key tokens may not contain `.`, `*`, `>` or whitespace. */

@@ -5,7 +5,7 @@
  * per frame, and an Effect per frame would cost more than the relay itself.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Bus, Kv, Subjects } from "@switchboard/bus"
+import { Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { context as otelContext, type Span, SpanKind, trace } from "@opentelemetry/api"
@@ -49,27 +49,6 @@ export class HttpHandlers extends Context.Reference<HttpHandlers>()("@switchboar
 
 export interface EdgeOptions {
   readonly routes?: RouteTable
-}
-
-/** Tokens bucket per connection: refills at `rate`/s up to `burst`; goes negative while over. */
-class RateBudget {
-  private tokens: number
-  private last = performance.now()
-  constructor(
-    private readonly rate: number,
-    private readonly burst: number
-  ) {
-    this.tokens = burst
-  }
-  /** Takes one token. `ok` when within the limit; `abusive` when twice the burst over it. */
-  take(): "ok" | "limited" | "abusive" {
-    const now = performance.now()
-    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.rate)
-    this.last = now
-    this.tokens -= 1
-    if (this.tokens >= 0) return "ok"
-    return this.tokens < -this.burst ? "abusive" : "limited"
-  }
 }
 
 interface Socket {

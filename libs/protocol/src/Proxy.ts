@@ -1,0 +1,84 @@
+/**
+ * The MCP Proxy Protocol (`shared/specs/mcp-proxy-protocol.md`): control-method params and results,
+ * the router's KV records, and the messages its actors exchange. Real peers moved to snake_case
+ * (`access_token`) a day after the spec was written; both spellings are accepted.
+ */
+import * as Schema from "effect/Schema"
+
+export const ReservedPrefixes = ["proxy:", "ext:"] as const
+
+/** The extension's answer to the proxy's `authenticate` request. */
+export const AuthenticateResult = Schema.Struct({
+  name: Schema.String,
+  accessToken: Schema.optional(Schema.String),
+  access_token: Schema.optional(Schema.String),
+  client_id: Schema.optional(Schema.String)
+})
+export type AuthenticateResult = typeof AuthenticateResult.Type
+
+export const HandshakeParams = Schema.Struct({
+  accessToken: Schema.optional(Schema.String),
+  access_token: Schema.optional(Schema.String)
+})
+export type HandshakeParams = typeof HandshakeParams.Type
+
+export const ConnectParams = Schema.Struct({ extension_id: Schema.String })
+export type ConnectParams = typeof ConnectParams.Type
+
+/** A connected extension, under its user in the `router_extensions` bucket. */
+export const ExtensionRecord = Schema.Struct({
+  id: Schema.String,
+  name: Schema.String,
+  user: Schema.String,
+  conn: Schema.String,
+  edge: Schema.String,
+  clientId: Schema.optional(Schema.String),
+  connectedAt: Schema.Number
+})
+export type ExtensionRecord = typeof ExtensionRecord.Type
+
+/** One MCP client connected to one extension. */
+export const ProxyConnectionRecord = Schema.Struct({
+  connectionId: Schema.String,
+  user: Schema.String,
+  extensionId: Schema.String,
+  extensionConn: Schema.String,
+  extensionEdge: Schema.String,
+  clientConn: Schema.String,
+  clientEdge: Schema.String
+})
+export type ProxyConnectionRecord = typeof ProxyConnectionRecord.Type
+
+/** Client actor → extension actor (a request): attach a new proxy connection. */
+export const Attach = Schema.Struct({
+  connectionId: Schema.String,
+  user: Schema.String,
+  clientConn: Schema.String,
+  clientEdge: Schema.String
+})
+export type Attach = typeof Attach.Type
+
+export const AttachReply = Schema.Union(
+  Schema.Struct({ ok: Schema.Literal(true), name: Schema.String, peerCount: Schema.Number }),
+  Schema.Struct({ ok: Schema.Literal(false), reason: Schema.String })
+)
+export type AttachReply = typeof AttachReply.Type
+
+/** Client actor → extension actor: the proxy connection ended. */
+export const Detach = Schema.Struct({ connectionId: Schema.String })
+export type Detach = typeof Detach.Type
+
+/** Extension actor → client actors: the extension went away, or its peer count changed. */
+export const ExtensionGone = Schema.Struct({ connectionId: Schema.String, reason: Schema.String })
+export type ExtensionGone = typeof ExtensionGone.Type
+export const PeerStatus = Schema.Struct({ connectionId: Schema.String, peerCount: Schema.Number })
+export type PeerStatus = typeof PeerStatus.Type
+
+/** The `kind` header of peer messages between router actors. */
+export const PeerKind = {
+  reply: "reply",
+  attach: "attach",
+  detach: "detach",
+  gone: "gone",
+  status: "status"
+} as const

@@ -1,0 +1,473 @@
+/**
+ * The session router: the MCP Proxy Protocol between MCP clients (`/mcp`, active) and browser
+ * extensions (`/extension`, passive). Each socket is an actor. A client's actor owns its pending
+ * requests: it maps ids to `<connection_id>:<id>`, sends straight to the extension's socket, and
+ * gets the answer back from the extension's actor as a peer message, wherever either one lives.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Edge, JsonRpc, Proxy } from "@switchboard/protocol"
+import { Telemetry } from "@switchboard/telemetry"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type * as Tracer from "effect/Tracer"
+import { randomUUID } from "node:crypto"
+import * as RouterConfig from "./Config.ts"
+
+const { ErrorCode } = JsonRpc
+const CloseCode = Edge.CloseCode
+const decoder = new TextDecoder()
+
+const json = <A, I>(schema: Schema.Schema<A, I>) => ({
+  encode: Schema.encodeSync(Schema.parseJson(schema)),
+  decode: Schema.decodeUnknownEither(Schema.parseJson(schema))
+})
+const attachCodec = json(Proxy.Attach)
+const attachReplyCodec = json(Proxy.AttachReply)
+const detachCodec = json(Proxy.Detach)
+const goneCodec = json(Proxy.ExtensionGone)
+const statusCodec = json(Proxy.PeerStatus)
+const decodeAuthResult = Schema.decodeUnknownEither(Proxy.AuthenticateResult)
+const decodeHandshake = Schema.decodeUnknownEither(Proxy.HandshakeParams)
+const decodeConnect = Schema.decodeUnknownEither(Proxy.ConnectParams)
+
+const notification = (method: string, params: Record<string, unknown>) => JSON.stringify({ jsonrpc: "2.0", method, params })
+const result = (id: JsonRpc.Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value })
+const failure = (id: JsonRpc.Id | null, code: number, message: string) =>
+  JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
+const status = (connected: boolean, peerCount: number) =>
+  notification("status", { connected, peer_count: peerCount, timestamp: new Date().toISOString() })
+
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const parse = (text: string): Either.Either<unknown, string> => {
+  try {
+    return Either.right(JSON.parse(text))
+  } catch (e) {
+    return Either.left(e instanceof Error ? e.message : "invalid JSON")
+  }
+}
+const isReserved = (id: JsonRpc.Id) => typeof id === "string" && Proxy.ReservedPrefixes.some((p) => id.startsWith(p))
+const tokenOf = (p: { readonly accessToken?: string | undefined; readonly access_token?: string | undefined }) =>
+  p.accessToken ?? p.access_token
+
+const AUTH_REQUEST_ID = "proxy:1"
+const AUTH_REQUEST = JSON.stringify({ jsonrpc: "2.0", id: AUTH_REQUEST_ID, method: "authenticate", params: {} })
+
+export const make = Effect.gen(function*() {
+  const bus = yield* Bus.Bus
+  const kv = yield* Kv.Kv
+  const auth = yield* AuthClient.AuthClient
+  const { tracer } = yield* Telemetry.Tracing
+  const traced = Option.isSome(tracer)
+  const link = yield* Actors.edgeLink
+  const config = {
+    requestTimeout: yield* RouterConfig.requestTimeout,
+    authTimeout: yield* RouterConfig.authTimeout,
+    statusInterval: yield* RouterConfig.statusInterval,
+    maxPending: yield* RouterConfig.maxPending,
+    connectionRate: yield* RouterConfig.connectionRate,
+    userRate: yield* RouterConfig.userRate
+  }
+  const extensions = Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord)
+  const extensionIds = yield* kv.bucket(Subjects.Bucket.extensionIds)
+  const proxies = Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord)
+  /** Per-user budgets are per replica: exact across replicas would cost a KV write per request. */
+  const userBudgets = new Map<string, RateBudget>()
+  const userBudget = (user: string) => {
+    let b = userBudgets.get(user)
+    if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
+    return b
+  }
+  const toActor = (conn: string, kind: string, data: Uint8Array | string, traceparent?: string) =>
+    bus.unsafePublish(Subjects.conn("router", Subjects.ConnId(conn)), data, Actors.peerHeaders(kind, traceparent))
+
+  /** The status keepalive, for as long as the connection's scope lives. */
+  const keepalive = (scope: Scope.Scope, send: () => void) =>
+    Effect.sync(send).pipe(Effect.delay(config.statusInterval), Effect.forever, Effect.forkIn(scope))
+
+  // --- the extension's actor ---------------------------------------------------------------
+
+  const extensionActor = (conn: Actors.Connection) =>
+    Effect.gen(function*() {
+      const scope = yield* Effect.scope
+      let ext: Proxy.ExtensionRecord | undefined
+      /** Proxy connections attached to this extension: connection id → the client's socket. */
+      const attached = new Map<string, { readonly conn: string; readonly edge: string }>()
+
+      const announce = () => {
+        conn.send(status(true, attached.size))
+        for (const [connectionId, client] of attached) {
+          toActor(client.conn, Proxy.PeerKind.status, statusCodec.encode({ connectionId, peerCount: attached.size }))
+        }
+      }
+
+      conn.send(AUTH_REQUEST)
+      const timeout = yield* Effect.sleep(config.authTimeout).pipe(
+        Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no answer to authenticate"))),
+        Effect.forkScoped
+      )
+
+      const authenticate = (response: Record<string, unknown>) =>
+        Effect.gen(function*() {
+          if (!("result" in response)) {
+            return conn.close(CloseCode.PolicyViolation, "Authentication failed: authenticate was refused")
+          }
+          const answer = decodeAuthResult(response["result"])
+          const token = Either.isRight(answer) ? tokenOf(answer.right) : undefined
+          if (Either.isLeft(answer) || token === undefined) {
+            return conn.close(CloseCode.PolicyViolation, "Authentication failed: expected {name, accessToken}")
+          }
+          const claims = yield* Effect.either(auth.verify(token))
+          if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
+          yield* Fiber.interrupt(timeout)
+          const user = claims.right.sub
+          const clientId = answer.right.client_id
+          const id = clientId === undefined ? `ext-${randomUUID()}` : yield* stableId(user, clientId)
+          const key = Subjects.Key.userExtension(user, id)
+          // Last one wins: the same browser reconnecting replaces its older socket.
+          const previous = yield* extensions.get(key)
+          if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
+            const old = previous.value.value
+            link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection")
+          }
+          ext = {
+            id,
+            name: answer.right.name,
+            user,
+            conn: conn.id,
+            edge: conn.edge,
+            connectedAt: Date.now(),
+            ...(clientId === undefined ? {} : { clientId })
+          }
+          yield* extensions.put(key, ext)
+          conn.send(notification("authenticated", { user_id: user, extension_id: id }))
+          conn.send(status(true, 0))
+          yield* keepalive(scope, () => conn.send(status(true, attached.size)))
+          yield* Effect.logDebug(`extension ${id} of ${user} authenticated`)
+        }).pipe(Effect.catchAll((e) => Effect.sync(() => conn.close(CloseCode.InternalError, `could not register the extension: ${e.message}`))))
+
+      const stableId = (user: string, clientId: string) =>
+        Effect.gen(function*() {
+          const key = Subjects.Key.extensionId(user, clientId)
+          const fresh = `ext-${randomUUID()}`
+          const claimed = yield* Effect.either(extensionIds.create(key, fresh))
+          if (Either.isRight(claimed)) return fresh
+          const existing = yield* extensionIds.get(key)
+          return Option.match(existing, { onNone: () => fresh, onSome: (e) => decoder.decode(e.value) })
+        })
+
+      const onFrame = (frame: Actors.Frame) =>
+        Effect.suspend(() => {
+          const parsed = parse(frame.text)
+          if (Either.isLeft(parsed)) return Effect.sync(() => conn.send(failure(null, ErrorCode.ParseError, `Parse error: ${parsed.left}`)))
+          const message = parsed.right
+          if (!isRecord(message)) return Effect.sync(() => conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: expected a JSON object")))
+          const id = message["id"]
+          if ("method" in message) {
+            // The extension is passive; it has nothing to ask of the proxy.
+            return Effect.sync(() => {
+              if (id !== undefined) conn.send(failure(JsonRpc.decodeValue(message)._tag === "Right" ? (id as JsonRpc.Id) : null, ErrorCode.MethodNotFound, `Method not found: ${String(message["method"])}`))
+            })
+          }
+          if (id === AUTH_REQUEST_ID) return ext === undefined ? authenticate(message) : Effect.void
+          if (ext === undefined) {
+            return Effect.sync(() => conn.send(failure(null, ErrorCode.ServerError, "Not authenticated: answer the authenticate request first")))
+          }
+          if (typeof id !== "string") {
+            return Effect.sync(() => conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: a response to a forwarded request carries its mapped string id")))
+          }
+          const colon = id.indexOf(":")
+          const connectionId = colon < 0 ? id : id.slice(0, colon)
+          const client = attached.get(connectionId)
+          if (client !== undefined) return Effect.sync(() => toActor(client.conn, Proxy.PeerKind.reply, frame.data))
+          // Attached through another replica's view, or a late answer after a disconnect.
+          return proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
+            Effect.map(Option.map((p) => toActor(p.value.clientConn, Proxy.PeerKind.reply, frame.data))),
+            Effect.ignore
+          )
+        })
+
+      const onPeer = (message: Bus.BusMessage) =>
+        Effect.gen(function*() {
+          const kind = message.header(Subjects.Header.kind)
+          const body = decoder.decode(message.data)
+          if (kind === Proxy.PeerKind.attach) {
+            const request = attachCodec.decode(body)
+            const reply: Proxy.AttachReply = Either.isLeft(request) || ext === undefined || request.right.user !== ext.user
+              ? { ok: false, reason: "Extension not found or not accessible" }
+              : (attached.set(request.right.connectionId, { conn: request.right.clientConn, edge: request.right.clientEdge }),
+                { ok: true, name: ext.name, peerCount: attached.size })
+            yield* bus.respond(message, attachReplyCodec.encode(reply)).pipe(Effect.ignore)
+            if (reply.ok) announce()
+          } else if (kind === Proxy.PeerKind.detach) {
+            const detach = detachCodec.decode(body)
+            if (Either.isRight(detach) && attached.delete(detach.right.connectionId)) announce()
+          }
+        })
+
+      const onClosed = (code: number, reason: string) =>
+        Effect.gen(function*() {
+          const why = code === CloseCode.Normal && reason.startsWith("replaced") ? "Extension reconnected" : "Extension closed"
+          for (const [connectionId, client] of attached) {
+            toActor(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
+          }
+          attached.clear()
+          if (ext === undefined) return
+          const key = Subjects.Key.userExtension(ext.user, ext.id)
+          const current = yield* extensions.get(key)
+          // A newer socket of the same browser may already own the record.
+          if (Option.isSome(current) && current.value.value.conn === conn.id) yield* extensions.delete(key)
+        }).pipe(Effect.ignore)
+
+      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+    })
+
+  // --- the MCP client's actor --------------------------------------------------------------
+
+  interface Pending {
+    readonly id: JsonRpc.Id
+    readonly method: string
+    readonly timer: ReturnType<typeof setTimeout>
+    readonly span: Tracer.AnySpan | undefined
+  }
+
+  const clientActor = (conn: Actors.Connection) =>
+    Effect.gen(function*() {
+      let user: string | undefined
+      let session:
+        | { readonly connectionId: string; readonly extensionId: string; readonly extConn: Subjects.ConnId; readonly extEdge: Subjects.EdgeId; peerCount: number }
+        | undefined
+      const pending = new Map<string, Pending>()
+      const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
+
+      const send = (data: string, span?: Tracer.AnySpan) =>
+        conn.send(data, span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
+
+      /** Fails everything in flight at once, as when the extension goes away. */
+      const failPending = (message: string) => {
+        for (const p of pending.values()) {
+          clearTimeout(p.timer)
+          send(failure(p.id, ErrorCode.ServerError, message))
+        }
+        pending.clear()
+      }
+
+      const endSession = (reason: string, notify: boolean) => {
+        if (session === undefined) return
+        const ended = session
+        session = undefined
+        failPending(`Extension disconnected: ${reason}`)
+        if (notify) send(notification("disconnected", { connection_id: ended.connectionId, reason }))
+        send(status(false, 0))
+        return ended
+      }
+
+      const handshake = (request: JsonRpc.Request) =>
+        Effect.gen(function*() {
+          const params = decodeHandshake(request.params ?? {})
+          const token = Either.isRight(params) ? tokenOf(params.right) : undefined
+          if (token === undefined) return send(failure(request.id, ErrorCode.ServerError, "Authentication failed: accessToken is required"))
+          const claims = yield* Effect.either(auth.verify(token))
+          if (Either.isLeft(claims)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${claims.left.reason}`))
+          user = claims.right.sub
+          send(result(request.id, { authenticated: true, user_id: user, mcp_client_id: `mcp-${randomUUID()}` }))
+        })
+
+      const listExtensions = (request: JsonRpc.Request, owner: string) =>
+        extensions.values(Subjects.Key.userExtensions(owner)).pipe(
+          Effect.map((found) => send(result(request.id, { extensions: found.map(({ value }) => ({ id: value.id, name: value.name, connected: true })) }))),
+          Effect.catchAll(() => Effect.sync(() => send(failure(request.id, ErrorCode.InternalError, "Internal error: could not list extensions"))))
+        )
+
+      const connect = (request: JsonRpc.Request, owner: string) =>
+        Effect.gen(function*() {
+          if (session !== undefined) return send(failure(request.id, ErrorCode.ServerError1, "MCP client already connected to an extension"))
+          const params = decodeConnect(request.params ?? {})
+          if (Either.isLeft(params)) return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: extension_id (string) is required"))
+          const notFound = () => send(failure(request.id, ErrorCode.ServerError, "Extension not found or not accessible"))
+          const extensionId = params.right.extension_id
+          const record = yield* extensions.get(Subjects.Key.userExtension(owner, extensionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+          if (Option.isNone(record)) return notFound()
+          const ext = record.value.value
+          const connectionId = `conn-${randomUUID()}`
+          const answer = yield* bus
+            .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), attachCodec.encode({ connectionId, user: owner, clientConn: conn.id, clientEdge: conn.edge }), {
+              headers: Actors.peerHeaders(Proxy.PeerKind.attach),
+              timeout: "5 seconds"
+            })
+            .pipe(Effect.map((m) => attachReplyCodec.decode(decoder.decode(m.data))), Effect.either)
+          if (Either.isLeft(answer) || Either.isLeft(answer.right) || !answer.right.right.ok) return notFound()
+          const attached = answer.right.right
+          session = { connectionId, extensionId, extConn: Subjects.ConnId(ext.conn), extEdge: Subjects.EdgeId(ext.edge), peerCount: attached.peerCount }
+          yield* proxies
+            .put(Subjects.Key.proxyConnection(connectionId), {
+              connectionId,
+              user: owner,
+              extensionId,
+              extensionConn: ext.conn,
+              extensionEdge: ext.edge,
+              clientConn: conn.id,
+              clientEdge: conn.edge
+            })
+            .pipe(Effect.ignore)
+          send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name }))
+        })
+
+      const disconnect = (request: JsonRpc.Request) =>
+        Effect.gen(function*() {
+          const ended = endSession("Client disconnected", false)
+          if (ended !== undefined) yield* detach(ended.connectionId, ended.extConn)
+          send(result(request.id, { disconnected: true }))
+        })
+
+      const detach = (connectionId: string, extConn: Subjects.ConnId) =>
+        Effect.suspend(() => {
+          toActor(extConn, Proxy.PeerKind.detach, detachCodec.encode({ connectionId }))
+          return proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.ignore)
+        })
+
+      const forward = (request: JsonRpc.Request, owner: string) =>
+        Effect.gen(function*() {
+          if (session === undefined) return send(failure(request.id, ErrorCode.ServerError, "Not connected to an extension"))
+          if (budget.take() !== "ok" || userBudget(owner).take() !== "ok") {
+            return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
+          }
+          if (pending.size >= config.maxPending) {
+            return send(failure(request.id, ErrorCode.ServerError, `Too many pending requests (limit ${config.maxPending})`))
+          }
+          const mapped = `${session.connectionId}:${String(request.id)}`
+          if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
+          const span = traced ? yield* Effect.currentSpan.pipe(Effect.option, Effect.map(Option.getOrUndefined)) : undefined
+          if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
+          const timer = setTimeout(() => {
+            if (pending.delete(mapped)) {
+              send(failure(request.id, ErrorCode.ServerError, `Request timed out after ${Duration.format(config.requestTimeout)}`))
+            }
+          }, Duration.toMillis(config.requestTimeout))
+          pending.set(mapped, { id: request.id, method: request.method, timer, span })
+          // The spec's optional routing field never reaches the extension.
+          const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
+          link.send(session.extEdge, session.extConn, JSON.stringify({ ...rest, jsonrpc: "2.0", id: mapped }), span && Telemetry.traceHeaders(span).traceparent)
+        })
+
+      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame) => {
+        if (isReserved(request.id)) {
+          return Effect.sync(() => send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: ids starting with "proxy:" or "ext:" are reserved`)))
+        }
+        if (frame.limited) return Effect.sync(() => send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded")))
+        if (request.method === "mcp_handshake") return handshake(request)
+        const owner = user
+        if (owner === undefined) {
+          return Effect.sync(() => send(failure(request.id, ErrorCode.ServerError, "Not authenticated: send mcp_handshake first")))
+        }
+        switch (request.method) {
+          case "list_extensions":
+            return listExtensions(request, owner)
+          case "connect":
+            return connect(request, owner)
+          case "disconnect":
+            return disconnect(request)
+        }
+        const forwarding = forward(request, owner)
+        if (!traced) return forwarding
+        return forwarding.pipe(
+          Effect.withSpan(`router.forward ${request.method}`, {
+            kind: "server",
+            attributes: {
+              "rpc.method": request.method,
+              "mcp.request.id": String(request.id),
+              "sb.conn": conn.id,
+              "user_id": owner,
+              ...(session === undefined ? {} : { connection_id: session.connectionId })
+            }
+          }),
+          Telemetry.withRemoteParent(frame.traceparent)
+        )
+      }
+
+      const onFrame = (frame: Actors.Frame) =>
+        Effect.suspend(() => {
+          const decoded = JsonRpc.decodeFrame(frame.text)
+          if (Either.isLeft(decoded)) return Effect.sync(() => send(JsonRpc.encode(decoded.left)))
+          const incoming = decoded.right
+          if (incoming._tag === "Request") return onRequest(incoming.message, frame)
+          if (incoming._tag === "Notification" && session !== undefined && user !== undefined) {
+            const { connectionId: _routing, ...rest } = incoming.message as JsonRpc.Notification & { readonly connectionId?: unknown }
+            link.send(session.extEdge, session.extConn, JSON.stringify({ ...rest, jsonrpc: "2.0" }))
+          }
+          // A client answers nothing; its stray responses and notifications before connect go nowhere.
+          return Effect.void
+        })
+
+      /** The extension's answer, as the extension's actor passed it on. */
+      const onReply = (data: Uint8Array) =>
+        Effect.suspend(() => {
+          const parsed = parse(decoder.decode(data))
+          if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return Effect.void
+          const response = parsed.right
+          const p = pending.get(response["id"] as string)
+          if (p === undefined) return Effect.void // late: timed out, or the client disconnected since
+          pending.delete(response["id"] as string)
+          clearTimeout(p.timer)
+          const answer = "result" in response || "error" in response
+            ? JSON.stringify({ ...response, jsonrpc: "2.0", id: p.id })
+            : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
+          if (p.span === undefined) return Effect.sync(() => send(answer))
+          return Effect.currentSpan.pipe(
+            Effect.map((span) => send(answer, span)),
+            Effect.withSpan(`router.reply ${p.method}`, {
+              kind: "server",
+              parent: p.span,
+              attributes: { "rpc.method": p.method, "mcp.request.id": String(p.id), "mcp.mapped_id": response["id"] as string, "sb.conn": conn.id }
+            }),
+            Effect.ignore
+          )
+        })
+
+      const onPeer = (message: Bus.BusMessage) => {
+        const kind = message.header(Subjects.Header.kind)
+        if (kind === Proxy.PeerKind.reply) return onReply(message.data)
+        return Effect.sync(() => {
+          const body = decoder.decode(message.data)
+          if (kind === Proxy.PeerKind.gone) {
+            const gone = goneCodec.decode(body)
+            if (Either.isRight(gone) && session?.connectionId === gone.right.connectionId) {
+              endSession(gone.right.reason, true)
+            }
+          } else if (kind === Proxy.PeerKind.status) {
+            const update = statusCodec.decode(body)
+            if (Either.isRight(update) && session?.connectionId === update.right.connectionId) {
+              session.peerCount = update.right.peerCount
+              send(status(true, session.peerCount))
+            }
+          }
+        })
+      }
+
+      const onClosed = () =>
+        Effect.suspend(() => {
+          for (const p of pending.values()) clearTimeout(p.timer)
+          pending.clear()
+          const ended = session
+          session = undefined
+          return ended === undefined ? Effect.void : detach(ended.connectionId, ended.extConn)
+        })
+
+      yield* keepalive(yield* Effect.scope, () => send(status(session !== undefined, session?.peerCount ?? 0)))
+      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+    })
+
+  yield* Actors.host({
+    service: "router",
+    make: (conn) => (conn.open.path === "/extension" ? extensionActor(conn) : clientActor(conn))
+  })
+})
+
+export const layer = Layer.scopedDiscard(make)

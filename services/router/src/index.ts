@@ -1,0 +1,1 @@
+export * as Router from "./Router.ts"
