@@ -5,6 +5,7 @@
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  */
 import { Edge } from "@switchboard/protocol"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberSet from "effect/FiberSet"
@@ -58,12 +59,16 @@ export class Refuse {
 export interface HostOptions<R> {
   readonly service: Subjects.ServiceName
   /**
-   * Builds the actor of a new connection. Its scope lives as long as the connection, so
-   * subscriptions and timers it opens end with it.
+   * Builds the actor of a connection. Its scope lives as long as the connection, so
+   * subscriptions and timers it opens end with it. `restored` is true when this replica adopts a
+   * connection from one that stopped or died: the actor rebuilds its state from KV and does not
+   * greet the client again.
    */
-  readonly make: (connection: Connection) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
+  readonly make: (connection: Connection, restored: boolean) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
   /** How often to look for connections whose edge died without saying so. */
-  readonly edgeCheckInterval?: import("effect/Duration").DurationInput
+  readonly edgeCheckInterval?: Duration.DurationInput
+  /** How often a replica renews its liveness key; survivors adopt its connections once it lapses (3 intervals). */
+  readonly replicaHeartbeat?: Duration.DurationInput
 }
 
 /** An actor record in the `connections` bucket. */
@@ -71,9 +76,8 @@ export const ConnectionRecord = Schema.Struct({
   service: Schema.String,
   replica: Schema.String,
   edge: Schema.String,
-  user: Schema.optional(Schema.String),
-  path: Schema.String,
-  openedAt: Schema.Number
+  /** Everything needed to rebuild the connection on another replica. */
+  open: Edge.OpenEvent
 })
 export type ConnectionRecord = typeof ConnectionRecord.Type
 
@@ -98,7 +102,7 @@ class IncomingFrame implements Frame {
   }
 }
 
-/** Sends to sockets on any edge: one, many on the same edge (one bus message), or close. */
+/** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
 export const edgeLink = Effect.map(Bus, (bus) => ({
   send: (edge: Subjects.EdgeId, conn: Subjects.ConnId, data: Uint8Array | string, traceparent?: string) =>
     bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conn, conn, traceparent)),
@@ -133,19 +137,32 @@ export const host = <R>(options: HostOptions<R>) =>
   Effect.gen(function*() {
     const bus = yield* Bus
     const kv = yield* Kv
-    const link = yield* edgeLink
+    const heartbeat = Duration.decode(options.replicaHeartbeat ?? "2 seconds")
     const connections = typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord)
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
+    const replicas = yield* kv.bucket(Subjects.Bucket.replicas, { ttl: Duration.times(heartbeat, 3) })
     const replica = randomUUID()
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
+    type Mailbox = Queue.Queue<BusMessage | "edge-lost">
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
-    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Queue.Queue<BusMessage | "edge-lost">>>()
+    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox>>()
+    const owned = new Set<Subjects.ConnId>()
 
-    const run = (open: BusMessage, connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
+    /**
+     * Runs one connection's actor: subscribe, build, then handle its mailbox in order until the
+     * socket closes. `answer` tells the edge (on open) whether the actor took the connection.
+     */
+    const run = (
+      connId: Subjects.ConnId,
+      edgeId: Subjects.EdgeId,
+      event: Edge.OpenEvent,
+      restored: boolean,
+      answer: (reply: Edge.OpenReply) => Effect.Effect<void>
+    ) =>
       Effect.gen(function*() {
         const scope = yield* Scope.make()
-        const mailbox = yield* Queue.unbounded<BusMessage | "edge-lost">()
+        const mailbox: Mailbox = yield* Queue.unbounded<BusMessage | "edge-lost">()
         yield* Scope.extend(
           bus.subscribe(Subjects.conn(options.service, connId), (m) => void Queue.unsafeOffer(mailbox, m)),
           scope
@@ -159,18 +176,25 @@ export const host = <R>(options: HostOptions<R>) =>
           user: event.claims?.sub,
           send: (data, traceparent) =>
             bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(Subjects.Header.conn, connId, traceparent)),
-          close: (code, reason) => link.close(edgeId, connId, code, reason)
+          close: (code, reason) =>
+            bus.unsafePublish(out, "", {
+              [Subjects.Header.op]: "close",
+              [Subjects.Header.conn]: connId,
+              [Subjects.Header.code]: String(code),
+              [Subjects.Header.reason]: reason
+            })
         }
-        const made = yield* Effect.exit(Scope.extend(options.make(connection), scope))
+        const made = yield* Effect.exit(Scope.extend(options.make(connection, restored), scope))
         if (Exit.isFailure(made)) {
           const refusal = Exit.causeOption(made).pipe(
             Option.flatMap((cause) => (cause._tag === "Fail" ? Option.some(cause.error) : Option.none()))
           )
-          const reply = Option.match(refusal, {
-            onNone: () => ({ ok: false as const, code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
-            onSome: (r) => ({ ok: false as const, code: r.code, reason: r.reason })
-          })
-          yield* bus.respond(open, encodeOpenReply(reply)).pipe(Effect.ignore)
+          yield* answer(
+            Option.match(refusal, {
+              onNone: () => ({ ok: false, code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
+              onSome: (r) => ({ ok: false, code: r.code, reason: r.reason })
+            })
+          )
           yield* Scope.close(scope, made)
           return
         }
@@ -178,17 +202,8 @@ export const host = <R>(options: HostOptions<R>) =>
         let local = byEdge.get(edgeId)
         if (!local) byEdge.set(edgeId, (local = new Map()))
         local.set(connId, mailbox)
-        yield* bus.respond(open, encodeOpenReply({ ok: true })).pipe(Effect.ignore)
-        yield* connections
-          .put(connId, {
-            service: options.service,
-            replica,
-            edge: edgeId,
-            ...(connection.user === undefined ? {} : { user: connection.user }),
-            path: event.path,
-            openedAt: event.openedAt
-          })
-          .pipe(Effect.catchAll((e) => Effect.logWarning("could not record connection ownership", e)), Effect.fork)
+        owned.add(connId)
+        yield* answer({ ok: true })
 
         let closed: readonly [number, string] | undefined
         while (closed === undefined) {
@@ -209,15 +224,27 @@ export const host = <R>(options: HostOptions<R>) =>
             }
           }
         }
-        local.delete(connId)
-        if (local.size === 0) byEdge.delete(edgeId)
         if (actor.onClosed) yield* actor.onClosed(closed[0], closed[1])
-        yield* Scope.close(scope, Exit.void)
         yield* connections.delete(connId).pipe(Effect.ignore)
       }).pipe(
+        // When this replica stops, its actors end without `onClosed`: their state stays in KV for
+        // the replica that adopts them.
+        Effect.ensuring(
+          Effect.sync(() => {
+            owned.delete(connId)
+            const local = byEdge.get(edgeId)
+            local?.delete(connId)
+            if (local?.size === 0) byEdge.delete(edgeId)
+          })
+        ),
         Effect.annotateLogs({ service: options.service, conn: connId }),
         Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
       )
+
+    const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
+      connections
+        .put(connId, { service: options.service, replica, edge: edgeId, open: event })
+        .pipe(Effect.catchAll((e) => Effect.logWarning("could not record connection ownership", e)))
 
     yield* bus.subscribe(
       Subjects.open(options.service),
@@ -229,9 +256,66 @@ export const host = <R>(options: HostOptions<R>) =>
           runFork(Effect.logWarning(`ignoring a malformed open event on ${m.subject}`))
           return
         }
-        runFork(run(m, Subjects.ConnId(connId), Subjects.EdgeId(edgeId), event.right))
+        const id = Subjects.ConnId(connId)
+        const edge = Subjects.EdgeId(edgeId)
+        // Ownership is recorded before the edge hears "ok", so a replica that dies right after
+        // still leaves a record to adopt.
+        runFork(
+          run(id, edge, event.right, false, (reply) =>
+            Effect.zipRight(
+              reply.ok ? record(id, edge, event.right) : Effect.void,
+              bus.respond(m, encodeOpenReply(reply)).pipe(Effect.ignore)
+            ))
+        )
       },
       { queue: Subjects.Queue.service(options.service) }
+    )
+
+    // --- liveness: this replica's heartbeat, and adoption of connections whose replica lapsed ---
+
+    const replicaKey = Subjects.Key.replica(options.service, replica)
+    yield* replicas.put(replicaKey, String(Date.now()))
+    yield* replicas.put(replicaKey, String(Date.now())).pipe(
+      Effect.catchAll((e) => Effect.logWarning("replica heartbeat failed", e)),
+      Effect.repeat(Schedule.spaced(heartbeat)),
+      Effect.forkScoped
+    )
+    yield* Effect.addFinalizer(() => replicas.delete(replicaKey).pipe(Effect.ignore))
+
+    const adopt = (connId: Subjects.ConnId, found: { readonly value: ConnectionRecord; readonly revision: number }) =>
+      connections.update(connId, { ...found.value, replica }, found.revision).pipe(
+        // Another survivor claimed it first; it is theirs.
+        Effect.flatMap(() =>
+          Effect.sync(() =>
+            runFork(run(connId, Subjects.EdgeId(found.value.edge), found.value.open, true, () => Effect.void))
+          )
+        ),
+        Effect.catchTag("KvConflict", () => Effect.void)
+      )
+
+    /** Replicas alive at the last sweep; a full scan happens at start and when one of them lapses. */
+    let lastAlive: ReadonlySet<string> | undefined
+    const sweep = Effect.gen(function*() {
+      const alive = new Set(yield* replicas.keys(Subjects.Key.replicas(options.service)))
+      const lapsed = lastAlive === undefined || [...lastAlive].some((r) => !alive.has(r))
+      lastAlive = alive
+      if (!lapsed) return
+      const orphans: Array<Subjects.ConnId> = []
+      for (const key of yield* connections.keys()) {
+        const connId = Subjects.ConnId(key)
+        if (owned.has(connId)) continue
+        const found = yield* connections.get(key)
+        if (Option.isNone(found) || found.value.value.service !== options.service) continue
+        if (alive.has(Subjects.Key.replica(options.service, found.value.value.replica))) continue
+        orphans.push(connId)
+        yield* adopt(connId, found.value)
+      }
+      if (orphans.length > 0) yield* Effect.logInfo(`adopted ${orphans.length} connections from replicas that are gone`)
+    })
+    yield* sweep.pipe(
+      Effect.catchAll((e) => Effect.logWarning("adoption sweep failed", e)),
+      Effect.repeat(Schedule.spaced(heartbeat)),
+      Effect.forkScoped
     )
 
     // An edge that dies cannot say its sockets closed; its heartbeat key expiring says it instead.

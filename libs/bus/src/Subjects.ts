@@ -52,12 +52,15 @@ export const Queue = {
 export const Bucket = {
   /** edge id → heartbeat; expires when an edge dies. */
   edges: "edges",
-  /** conn id → the actor record of a connection (service, edge, user). */
+  /** conn id → the actor record of a connection (service, owning replica, edge, open event). */
   connections: "connections",
+  /** `<service>.<replica>` → heartbeat; expires when a service replica dies. */
+  replicas: "replicas",
   /** The proxy protocol's state (router). */
   extensions: "router_extensions",
   extensionIds: "router_extension_ids",
-  proxyConnections: "router_proxy_connections"
+  proxyConnections: "router_proxy_connections",
+  sessions: "router_sessions"
 } as const
 
 const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
@@ -66,12 +69,15 @@ const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
 export const Key = {
   edge: (edgeId: EdgeId): string => edgeId,
   connection: (connId: ConnId): string => connId,
+  replica: (service: ServiceName, replica: string): string => `${service}.${replica}`,
+  replicas: (service: ServiceName): string => `${service}.*`,
   /** A user's extensions live under one prefix; user ids are encoded since `sub` may hold any character. */
   userExtensions: (user: string): string => `${tokenOf(user)}.>`,
   userExtension: (user: string, extensionId: string): string => `${tokenOf(user)}.${extensionId}`,
   /** The stable extension id of one browser (`client_id`) of one user. */
   extensionId: (user: string, clientId: string): string => `${tokenOf(user)}.${tokenOf(clientId)}`,
-  proxyConnection: (connectionId: string): string => connectionId
+  proxyConnection: (connectionId: string): string => connectionId,
+  session: (connId: ConnId): string => connId
 } as const
 
 /** NATS subject tokens and KV key tokens may not contain `.`, `*`, `>` or whitespace. */

@@ -49,6 +49,16 @@ export const ProxyConnectionRecord = Schema.Struct({
 })
 export type ProxyConnectionRecord = typeof ProxyConnectionRecord.Type
 
+/**
+ * What a router actor must remember to be rebuilt on another replica (`router_sessions`, keyed by
+ * the socket's connection id). Written on authentication, connect and disconnect only.
+ */
+export const SessionRecord = Schema.Union(
+  Schema.Struct({ role: Schema.Literal("extension"), user: Schema.String, extensionId: Schema.String }),
+  Schema.Struct({ role: Schema.Literal("client"), user: Schema.String, connectionId: Schema.optional(Schema.String) })
+)
+export type SessionRecord = typeof SessionRecord.Type
+
 /** Client actor → extension actor (a request): attach a new proxy connection. */
 export const Attach = Schema.Struct({
   connectionId: Schema.String,

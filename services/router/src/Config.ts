@@ -25,3 +25,7 @@ export const userRate = Config.number("ROUTER_USER_RATE").pipe(
   Config.withDescription("Forwarded requests per second per user, per router replica"),
   Config.withDefault(50_000)
 )
+export const replicaHeartbeat = Config.duration("ROUTER_REPLICA_HEARTBEAT").pipe(
+  Config.withDescription("Liveness period of a router replica; survivors adopt its sockets 3 periods after it stops"),
+  Config.withDefault("2 seconds")
+)

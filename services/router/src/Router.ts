@@ -73,11 +73,18 @@ export const make = Effect.gen(function*() {
     statusInterval: yield* RouterConfig.statusInterval,
     maxPending: yield* RouterConfig.maxPending,
     connectionRate: yield* RouterConfig.connectionRate,
-    userRate: yield* RouterConfig.userRate
+    userRate: yield* RouterConfig.userRate,
+    replicaHeartbeat: yield* RouterConfig.replicaHeartbeat
   }
   const extensions = Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord)
   const extensionIds = yield* kv.bucket(Subjects.Bucket.extensionIds)
   const proxies = Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord)
+  const sessions = Kv.typed(yield* kv.bucket(Subjects.Bucket.sessions), Proxy.SessionRecord)
+  const remember = (conn: Actors.Connection, record: Proxy.SessionRecord) =>
+    sessions.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e)))
+  const recall = (conn: Actors.Connection) =>
+    sessions.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none()))
+  const forget = (conn: Actors.Connection) => sessions.delete(Subjects.Key.session(conn.id)).pipe(Effect.ignore)
   /** Per-user budgets are per replica: exact across replicas would cost a KV write per request. */
   const userBudgets = new Map<string, RateBudget>()
   const userBudget = (user: string) => {
@@ -94,12 +101,13 @@ export const make = Effect.gen(function*() {
 
   // --- the extension's actor ---------------------------------------------------------------
 
-  const extensionActor = (conn: Actors.Connection) =>
+  const extensionActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       let ext: Proxy.ExtensionRecord | undefined
       /** Proxy connections attached to this extension: connection id → the client's socket. */
       const attached = new Map<string, { readonly conn: string; readonly edge: string }>()
+      let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
         conn.send(status(true, attached.size))
@@ -108,11 +116,27 @@ export const make = Effect.gen(function*() {
         }
       }
 
-      conn.send(AUTH_REQUEST)
-      const timeout = yield* Effect.sleep(config.authTimeout).pipe(
-        Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no answer to authenticate"))),
-        Effect.forkScoped
-      )
+      // Adopted from a replica that stopped: the extension authenticated long ago.
+      const saved = restored ? yield* recall(conn) : Option.none()
+      if (Option.isSome(saved) && saved.value.role === "extension") {
+        const { user, extensionId } = saved.value
+        const record = yield* extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+        if (Option.isSome(record) && record.value.value.conn === conn.id) {
+          ext = record.value.value
+          const all = yield* proxies.values().pipe(Effect.orElseSucceed(() => []))
+          for (const { value: p } of all) {
+            if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: p.clientConn, edge: p.clientEdge })
+          }
+          yield* keepalive(scope, () => conn.send(status(true, attached.size)))
+        }
+      }
+      if (ext === undefined) {
+        conn.send(AUTH_REQUEST)
+        timeout = yield* Effect.sleep(config.authTimeout).pipe(
+          Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no answer to authenticate"))),
+          Effect.forkScoped
+        )
+      }
 
       const authenticate = (response: Record<string, unknown>) =>
         Effect.gen(function*() {
@@ -126,7 +150,7 @@ export const make = Effect.gen(function*() {
           }
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
-          yield* Fiber.interrupt(timeout)
+          if (timeout !== undefined) yield* Fiber.interrupt(timeout)
           const user = claims.right.sub
           const clientId = answer.right.client_id
           const id = clientId === undefined ? `ext-${randomUUID()}` : yield* stableId(user, clientId)
@@ -147,6 +171,7 @@ export const make = Effect.gen(function*() {
             ...(clientId === undefined ? {} : { clientId })
           }
           yield* extensions.put(key, ext)
+          yield* remember(conn, { role: "extension", user, extensionId: id })
           conn.send(notification("authenticated", { user_id: user, extension_id: id }))
           conn.send(status(true, 0))
           yield* keepalive(scope, () => conn.send(status(true, attached.size)))
@@ -219,6 +244,7 @@ export const make = Effect.gen(function*() {
             toActor(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
           }
           attached.clear()
+          yield* forget(conn)
           if (ext === undefined) return
           const key = Subjects.Key.userExtension(ext.user, ext.id)
           const current = yield* extensions.get(key)
@@ -238,12 +264,26 @@ export const make = Effect.gen(function*() {
     readonly span: Tracer.AnySpan | undefined
   }
 
-  const clientActor = (conn: Actors.Connection) =>
+  const clientActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
       let user: string | undefined
       let session:
         | { readonly connectionId: string; readonly extensionId: string; readonly extConn: Subjects.ConnId; readonly extEdge: Subjects.EdgeId; peerCount: number }
         | undefined
+      // Adopted from a replica that stopped: requests in flight there are lost (the client times
+      // them out), but the handshake and the connection to the extension carry on.
+      const saved = restored ? yield* recall(conn) : Option.none()
+      if (Option.isSome(saved) && saved.value.role === "client") {
+        user = saved.value.user
+        const connectionId = saved.value.connectionId
+        if (connectionId !== undefined) {
+          const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+          if (Option.isSome(p)) {
+            const v = p.value.value
+            session = { connectionId, extensionId: v.extensionId, extConn: Subjects.ConnId(v.extensionConn), extEdge: Subjects.EdgeId(v.extensionEdge), peerCount: 1 }
+          }
+        }
+      }
       const pending = new Map<string, Pending>()
       const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
 
@@ -277,6 +317,7 @@ export const make = Effect.gen(function*() {
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${claims.left.reason}`))
           user = claims.right.sub
+          yield* remember(conn, { role: "client", user })
           send(result(request.id, { authenticated: true, user_id: user, mcp_client_id: `mcp-${randomUUID()}` }))
         })
 
@@ -317,13 +358,17 @@ export const make = Effect.gen(function*() {
               clientEdge: conn.edge
             })
             .pipe(Effect.ignore)
+          yield* remember(conn, { role: "client", user: owner, connectionId })
           send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name }))
         })
 
       const disconnect = (request: JsonRpc.Request) =>
         Effect.gen(function*() {
           const ended = endSession("Client disconnected", false)
-          if (ended !== undefined) yield* detach(ended.connectionId, ended.extConn)
+          if (ended !== undefined) {
+            yield* detach(ended.connectionId, ended.extConn)
+            if (user !== undefined) yield* remember(conn, { role: "client", user })
+          }
           send(result(request.id, { disconnected: true }))
         })
 
@@ -431,15 +476,16 @@ export const make = Effect.gen(function*() {
           )
         })
 
-      const onPeer = (message: Bus.BusMessage) => {
+      const onPeer = (message: Bus.BusMessage): Effect.Effect<void> => {
         const kind = message.header(Subjects.Header.kind)
         if (kind === Proxy.PeerKind.reply) return onReply(message.data)
-        return Effect.sync(() => {
+        return Effect.suspend((): Effect.Effect<void> => {
           const body = decoder.decode(message.data)
           if (kind === Proxy.PeerKind.gone) {
             const gone = goneCodec.decode(body)
             if (Either.isRight(gone) && session?.connectionId === gone.right.connectionId) {
               endSession(gone.right.reason, true)
+              if (user !== undefined) return remember(conn, { role: "client", user })
             }
           } else if (kind === Proxy.PeerKind.status) {
             const update = statusCodec.decode(body)
@@ -448,6 +494,7 @@ export const make = Effect.gen(function*() {
               send(status(true, session.peerCount))
             }
           }
+          return Effect.void
         })
       }
 
@@ -457,7 +504,7 @@ export const make = Effect.gen(function*() {
           pending.clear()
           const ended = session
           session = undefined
-          return ended === undefined ? Effect.void : detach(ended.connectionId, ended.extConn)
+          return Effect.zipRight(ended === undefined ? Effect.void : detach(ended.connectionId, ended.extConn), forget(conn))
         })
 
       yield* keepalive(yield* Effect.scope, () => send(status(session !== undefined, session?.peerCount ?? 0)))
@@ -466,7 +513,8 @@ export const make = Effect.gen(function*() {
 
   yield* Actors.host({
     service: "router",
-    make: (conn) => (conn.open.path === "/extension" ? extensionActor(conn) : clientActor(conn))
+    replicaHeartbeat: config.replicaHeartbeat,
+    make: (conn, restored) => (conn.open.path === "/extension" ? extensionActor(conn, restored) : clientActor(conn, restored))
   })
 })
 

@@ -1,0 +1,97 @@
+/**
+ * Router replicas share the work and survive each other: over NATS, two replicas on their own
+ * connections; the one holding a live session stops mid-session and the other adopts its sockets
+ * from KV, so the same client keeps talking to the same extension.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { AuthClient } from "@switchboard/auth"
+import { Actors, Kv } from "@switchboard/bus"
+import { Edge } from "@switchboard/edge"
+import { Router } from "@switchboard/router"
+import { Telemetry } from "@switchboard/telemetry"
+import { NatsServer } from "@switchboard/testing"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
+import { connect, type TestClient } from "./support/Client.ts"
+import { busLayer, configFrom, namespace, stack, token } from "./support/Stack.ts"
+
+type Message = Record<string, unknown> & { readonly id?: unknown; readonly method?: string; readonly params?: Record<string, unknown> }
+const next = (c: TestClient): Effect.Effect<Message> =>
+  Effect.flatMap(c.next, (m) => ((m as Message).method === "status" ? next(c) : Effect.succeed(m as Message)))
+const call = (c: TestClient, id: unknown, method: string, params: Record<string, unknown> = {}) =>
+  Effect.suspend(() => {
+    c.send({ jsonrpc: "2.0", id, method, params })
+    return next(c)
+  })
+
+const env = { ROUTER_REPLICA_HEARTBEAT: "200 millis" }
+
+describe("router replicas", () => {
+  it.scopedLive("share new connections, and a stopped replica's sessions carry on at the other", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
+      const ws = edge.url.replace("http", "ws")
+      /** A router replica on its own NATS connection, stoppable on its own. */
+      const replica = Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        yield* Layer.buildWithScope(
+          Router.layer.pipe(
+            Layer.provide(AuthClient.layer),
+            Layer.provide(busLayer(servers, ns)),
+            Layer.provide(Telemetry.disabled),
+            Layer.provide(configFrom(env))
+          ),
+          scope
+        )
+        return { stop: Scope.close(scope, Exit.void) }
+      })
+
+      const first = yield* replica
+      const t = yield* token({ sub: "alice" })
+      const ext = yield* connect(`${ws}/extension`)
+      yield* next(ext)
+      ext.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: t } })
+      const extensionId = (yield* next(ext)).params!["extension_id"]
+      const mcp = yield* connect(`${ws}/mcp`)
+      yield* call(mcp, 1, "mcp_handshake", { accessToken: t })
+      const connectionId = ((yield* call(mcp, 2, "connect", { extension_id: extensionId })).result as Message)["connection_id"]
+      mcp.send({ jsonrpc: "2.0", id: 3, method: "getTabs" })
+      const before = yield* next(ext)
+      ext.send({ jsonrpc: "2.0", id: before.id, result: { replica: "first" } })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 3, result: { replica: "first" } })
+
+      // A second replica joins: new sockets are spread over both.
+      yield* replica
+      const others = yield* Effect.forEach(Array.from({ length: 12 }), () => connect(`${ws}/mcp`))
+      yield* Effect.forEach(others, (c, i) => call(c, i, "mcp_handshake", { accessToken: t }))
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const owners = Kv.typed(yield* kv.bucket("connections"), Actors.ConnectionRecord)
+        .values()
+        .pipe(Effect.map((records) => new Set(records.map((r) => r.value.replica)).size), Effect.orDie)
+      expect(yield* owners).toBe(2)
+
+      // The first replica, which holds the live session, stops. Frames sent before the other has
+      // adopted its sockets are lost (their requests time out), so wait for the adoption.
+      yield* first.stop
+      yield* owners.pipe(
+        Effect.filterOrFail((n) => n === 1, () => new Error("not adopted yet")),
+        Effect.retry(Schedule.spaced("50 millis")),
+        Effect.timeout("10 seconds")
+      )
+      mcp.send({ jsonrpc: "2.0", id: 4, method: "getTabs" })
+      const after = yield* next(ext)
+      expect(after.id).toBe(`${connectionId}:4`)
+      ext.send({ jsonrpc: "2.0", id: after.id, result: { replica: "second" } })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 4, result: { replica: "second" } })
+      expect((yield* call(mcp, 5, "list_extensions")).result).toEqual({ extensions: [{ id: extensionId, name: "Chrome", connected: true }] })
+      // And the extension going away still reaches the adopted client.
+      ext.ws.close()
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", method: "disconnected", params: { connection_id: connectionId, reason: "Extension closed" } })
+    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+})
