@@ -3,10 +3,13 @@
  * rules (binary 1003, oversized 1009), ping/pong, slow consumers (1013), rate limits and shutdown.
  */
 import { describe, expect, it } from "@effect/vitest"
+import { Actors, Bus, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Queue from "effect/Queue"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
 import * as Echo from "./support/Echo.ts"
@@ -172,4 +175,61 @@ describe("edge", () => {
       const got = yield* Effect.forEach(Array.from({ length: 100 }), () => c.next)
       expect(got).toEqual(Array.from({ length: 100 }, (_, id) => ({ jsonrpc: "2.0", id, method: "m" })))
     }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+
+  it.scopedLive("delivers one bus message to many of its sockets, and closes a socket on request", () =>
+    Effect.gen(function*() {
+      // A room-like service: every frame goes to every socket, in one message per edge.
+      const members: Array<Actors.Connection> = []
+      const room = Layer.scopedDiscard(
+        Actors.host({
+          service: "broker",
+          make: (conn) =>
+            Effect.gen(function*() {
+              const link = yield* Actors.edgeLink
+              members.push(conn)
+              return {
+                onFrame: (frame: Actors.Frame) =>
+                  Effect.sync(() => {
+                    if (frame.text === "kick me") return conn.close(4000, "kicked")
+                    link.sendMany(conn.edge, members.map((m) => m.id), frame.data)
+                  })
+              }
+            })
+        })
+      )
+      const scope = yield* Scope.make()
+      const ctx = yield* Layer.buildWithScope(
+        stack(busLayer(), { routes: { "/room": { service: "broker", auth: "optional", traceInbound: true } }, services: room }),
+        scope
+      )
+      yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+      const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
+      const bus = ctx.unsafeMap.get(Bus.Bus.key) as Bus.BusShape
+      const toEdge = yield* Queue.unbounded<Bus.BusMessage>()
+      yield* bus.subscribe(Subjects.edgeOut(edge.id), (m) => void Queue.unsafeOffer(toEdge, m))
+      const url = `${edge.url.replace("http", "ws")}/room`
+      const [a, b, c] = [yield* connect(url), yield* connect(url), yield* connect(url)]
+      a.send("hello all")
+      expect([yield* a.nextText, yield* b.nextText, yield* c.nextText]).toEqual(["hello all", "hello all", "hello all"])
+      const published = yield* Queue.takeAll(toEdge)
+      expect(published.length).toBe(1)
+      b.send("kick me")
+      expect(yield* closedWith(b)).toEqual({ code: 4000, reason: "kicked" })
+    }))
+
+  it.scopedLive("answers upgrades with 503 while it waits for sockets to close", () =>
+    Effect.gen(function*() {
+      const { shutdown, ws } = yield* start({ env: { EDGE_SHUTDOWN_GRACE: "3 seconds" } })
+      // A peer that stops reading holds the shutdown open until the grace runs out.
+      const stubborn = yield* connect(`${ws}/echo`)
+      ;(stubborn.ws as unknown as { _socket: import("node:net").Socket })._socket.pause()
+      const closing = yield* Effect.fork(shutdown)
+      const refused = yield* refusal(connect(`${ws}/echo`)).pipe(
+        Effect.filterOrFail((r) => r === 503, (r) => new Error(`still ${r}`)),
+        Effect.retry(Schedule.spaced("20 millis")),
+        Effect.timeout("2 seconds")
+      )
+      expect(refused).toBe(503)
+      yield* closing.await
+    }))
 })

@@ -42,7 +42,7 @@ const decodeClaims = Schema.decodeUnknownEither(Auth.Claims)
 
 const explain = (e: unknown): string => {
   if (e instanceof errors.JWTExpired) return "token expired"
-  if (e instanceof errors.JWTClaimValidationFailed) return `claim ${e.claim} invalid: ${e.reason}`
+  if (e instanceof errors.JWTClaimValidationFailed) return `claim ${e.claim} invalid: ${e.message}`
   if (e instanceof errors.JWSSignatureVerificationFailed) return "signature verification failed"
   if (e instanceof errors.JWSInvalid || e instanceof errors.JWTInvalid) return "malformed token"
   if (e instanceof errors.JOSEAlgNotAllowed) return "algorithm not allowed"
