@@ -11,6 +11,7 @@ import * as Queue from "effect/Queue"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
+import type * as Net from "node:net"
 import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
 import * as Echo from "./support/Echo.ts"
 import { NatsServer } from "@switchboard/testing"
@@ -112,11 +113,11 @@ describe("edge", () => {
 
   it.scopedLive("closes a slow consumer with 1013 instead of buffering without limit", () =>
     Effect.gen(function*() {
-      const { edge, ws } = yield* start({ env: { EDGE_OUTBOUND_HWM: "65536" } })
+      const { ws } = yield* start({ env: { EDGE_OUTBOUND_HWM: "65536" } })
       const slow = yield* connect(`${ws}/echo`)
       const fast = yield* connect(`${ws}/echo`)
       // Stop reading: the kernel buffers fill, then the edge's buffer passes the high-water mark.
-      const raw = (slow.ws as unknown as { _socket: import("node:net").Socket })._socket
+      const raw = (slow.ws as unknown as { _socket: Net.Socket })._socket
       raw.pause()
       const frame = "z".repeat(60_000)
       // 30 MB of echoes against a reader that has stopped: far more than the kernel's socket
@@ -222,7 +223,7 @@ describe("edge", () => {
       const { shutdown, ws } = yield* start({ env: { EDGE_SHUTDOWN_GRACE: "3 seconds" } })
       // A peer that stops reading holds the shutdown open until the grace runs out.
       const stubborn = yield* connect(`${ws}/echo`)
-      ;(stubborn.ws as unknown as { _socket: import("node:net").Socket })._socket.pause()
+      ;(stubborn.ws as unknown as { _socket: Net.Socket })._socket.pause()
       const closing = yield* Effect.fork(shutdown)
       const refused = yield* refusal(connect(`${ws}/echo`)).pipe(
         Effect.filterOrFail((r) => r === 503, (r) => new Error(`still ${r}`)),

@@ -6,7 +6,7 @@
  */
 import { AuthClient } from "@switchboard/auth"
 import { Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
+import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { context as otelContext, type Span, SpanKind, trace } from "@opentelemetry/api"
 import type * as ConfigError from "effect/ConfigError"
