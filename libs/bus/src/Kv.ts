@@ -9,7 +9,7 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
+import type * as Stream from "effect/Stream"
 import type { BusError } from "./Bus.ts"
 
 export interface KvEntry {
@@ -101,16 +101,4 @@ export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>):
         )
       )
   }
-}
-
-export const watchValues = <A, I>(
-  bucket: KvBucketShape,
-  schema: Schema.Schema<A, I>,
-  options?: WatchOptions
-): Stream.Stream<{ readonly key: string; readonly value: Option.Option<A> }, BusError> => {
-  const decode = Schema.decodeUnknownOption(Schema.parseJson(schema))
-  return Stream.map(bucket.watch(options), (e) => ({
-    key: e.key,
-    value: e.operation === "PUT" ? decode(decoder.decode(e.value)) : Option.none()
-  }))
 }

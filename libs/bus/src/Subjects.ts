@@ -79,6 +79,3 @@ export const Key = {
   proxyConnection: (connectionId: string): string => connectionId,
   session: (connId: ConnId): string => connId
 } as const
-
-/** NATS subject tokens and KV key tokens may not contain `.`, `*`, `>` or whitespace. */
-export const isToken = (s: string): boolean => s.length > 0 && /^[A-Za-z0-9_\-=]+$/.test(s)

@@ -137,5 +137,3 @@ export const decodeFrame = (text: string): Either.Either<Incoming, ErrorResponse
 
 export const encode = (message: Message): string =>
   JSON.stringify(message.jsonrpc === undefined ? { jsonrpc: "2.0", ...message } : message)
-
-export const isSuccess = (response: Response): response is SuccessResponse => "result" in response

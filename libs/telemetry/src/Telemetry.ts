@@ -100,9 +100,3 @@ export const withRemoteParent = (traceparent: string | undefined) =>
     onNone: () => effect,
     onSome: (parent) => Effect.withParentSpan(effect, parent)
   })
-
-/** The traceparent of the current Effect span, for outgoing bus messages. */
-export const currentTraceHeaders: Effect.Effect<Record<string, string>> = Effect.map(
-  Effect.currentSpan,
-  traceHeaders
-).pipe(Effect.orElseSucceed(() => ({})))
