@@ -13,7 +13,9 @@ import {
   SimpleSpanProcessor,
   type SpanProcessor
 } from "@opentelemetry/sdk-trace-base"
+import { resourceFromAttributes } from "@opentelemetry/resources"
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node"
+import { ATTR_SERVICE_NAME } from "@opentelemetry/semantic-conventions"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -31,10 +33,14 @@ export class Tracing extends Context.Tag("@switchboard/telemetry/Tracing")<
 >() {}
 
 const withProcessor = (serviceName: string, processor: SpanProcessor): Layer.Layer<Tracing> => {
+  // The provider's resource is what backends group spans by; without it every process is
+  // "unknown_service".
   const provider = Layer.scoped(
     OtelTracer.OtelTracerProvider,
     Effect.acquireRelease(
-      Effect.sync(() => new NodeTracerProvider({ spanProcessors: [processor] })),
+      Effect.sync(
+        () => new NodeTracerProvider({ resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: serviceName }), spanProcessors: [processor] })
+      ),
       (p) => Effect.promise(() => p.shutdown())
     )
   )

@@ -179,10 +179,33 @@ export const ensureNatsImage = async (): Promise<string> => {
 };
 
 /** Removes containers a crashed run left behind (ryuk is off, so nothing else would). */
+/** The label naming the test process that started a container, so cleanup spares live runs. */
+export const ownerLabel = "switchboard.owner-pid";
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    // EPERM: it exists but belongs to someone else, so it is alive.
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+};
+
+/**
+ * Removes testcontainers containers whose owning process is gone (ryuk, which would do this, can't
+ * be pulled here). Containers of a test run still going on the same daemon are left alone.
+ */
 export const removeLeftoverContainers = async (): Promise<number> => {
   const host = await ensureDocker();
-  const { stdout } = await docker(host, ["ps", "-aq", "--filter", "label=org.testcontainers=true"]);
-  const ids = stdout.split(/\s+/).filter((id) => id !== "");
-  if (ids.length > 0) await docker(host, ["rm", "-f", "-v", ...ids]);
-  return ids.length;
+  const { stdout } = await docker(host, [
+    "ps", "-a", "--filter", "label=org.testcontainers=true", "--format", `{{.ID}} {{.Label "${ownerLabel}"}}`
+  ]);
+  const orphans = stdout
+    .split("\n")
+    .map((line) => line.trim().split(" "))
+    .filter(([id, owner]) => id !== undefined && id !== "" && !(owner !== undefined && owner !== "" && isAlive(Number(owner))))
+    .map(([id]) => id as string);
+  if (orphans.length > 0) await docker(host, ["rm", "-f", "-v", ...orphans]);
+  return orphans.length;
 };

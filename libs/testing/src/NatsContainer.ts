@@ -6,7 +6,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Context, Data, Effect, Layer, Schedule } from "effect";
 import { createServer, type Server } from "node:net";
 import { GenericContainer, getContainerRuntimeClient, type StartedTestContainer, Wait } from "testcontainers";
-import { ensureDocker, ensureNatsImage } from "./Docker.ts";
+import { ensureDocker, ensureNatsImage, ownerLabel } from "./Docker.ts";
 
 export class NatsContainerError extends Data.TaggedError("NatsContainerError")<{
   readonly reason: "DockerUnavailable" | "ContainerStart" | "ClusterNotReady";
@@ -56,6 +56,7 @@ const startNode = (image: string, command: ReadonlyArray<string>) =>
     Effect.tryPromise({
       try: () =>
         new GenericContainer(image)
+          .withLabels({ [ownerLabel]: String(process.pid) })
           .withNetworkMode("host")
           .withCommand([...command])
           .withWaitStrategy(Wait.forLogMessage("Server is ready"))

@@ -12,5 +12,5 @@ AuthService.layer.pipe(
   Layer.provide(Telemetry.layer("switchboard-auth")),
   Layer.provide(Logging.layer),
   Layer.launch,
-  NodeRuntime.runMain
+  NodeRuntime.runMain({ disablePrettyLogger: true })
 )

@@ -12,5 +12,5 @@ Edge.layer().pipe(
   Layer.provide(Telemetry.layer("switchboard-edge")),
   Layer.provide(Logging.layer),
   Layer.launch,
-  NodeRuntime.runMain
+  NodeRuntime.runMain({ disablePrettyLogger: true })
 )

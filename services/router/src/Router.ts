@@ -469,7 +469,14 @@ export const make = Effect.gen(function*() {
             Effect.withSpan(`router.reply ${p.method}`, {
               kind: "server",
               parent: p.span,
-              attributes: { "rpc.method": p.method, "mcp.request.id": String(p.id), "mcp.mapped_id": response["id"] as string, "sb.conn": conn.id }
+              attributes: {
+                "rpc.method": p.method,
+                "mcp.request.id": String(p.id),
+                "mcp.mapped_id": response["id"] as string,
+                "sb.conn": conn.id,
+                "connection_id": (response["id"] as string).slice(0, (response["id"] as string).indexOf(":")),
+                "user_id": user ?? ""
+              }
             }),
             Effect.ignore
           )

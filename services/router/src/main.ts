@@ -12,5 +12,5 @@ Router.layer.pipe(
   Layer.provide(Telemetry.layer("switchboard-router")),
   Layer.provide(Logging.layer),
   Layer.launch,
-  NodeRuntime.runMain
+  NodeRuntime.runMain({ disablePrettyLogger: true })
 )
