@@ -1,7 +1,8 @@
 /**
  * Closed-loop load: `clients` sockets each keep `inFlight` frames outstanding and send one more per
  * reply. Replies come back in order, so each socket's send times form a FIFO and latency needs no
- * payload parsing. Bounded by time; the first `warmup` is not counted.
+ * payload parsing. Bounded by time; the first `warmup` is not counted. Frames that are not replies
+ * (a proxy's notifications) are told apart by `isReply` and neither counted nor answered.
  */
 import { WebSocket } from "ws"
 
@@ -26,6 +27,13 @@ export interface LoadOptions {
   readonly frame?: (n: number) => string
   /** Frames to send first on every socket, answered before the measured loop starts (handshakes). */
   readonly setup?: (ws: WebSocket) => Promise<void>
+  /** Whether a frame answers one of ours; defaults to every frame. */
+  readonly isReply?: (data: Buffer) => boolean
+  /**
+   * Called as the measured window opens and closes, so that callers sample server CPU over exactly
+   * the counted seconds rather than over connects, handshakes, warmup and drain as well.
+   */
+  readonly onWindow?: (edge: "open" | "close") => void
 }
 
 const defaultFrame = (n: number) => `{"jsonrpc":"2.0","id":${n},"method":"bench/echo","params":{"n":${n}}}`
@@ -42,6 +50,7 @@ export const percentile = (sorted: Float64Array, p: number) =>
 
 export const run = async (options: LoadOptions): Promise<Result> => {
   const frame = options.frame ?? defaultFrame
+  const isReply = options.isReply ?? (() => true)
   const sockets = await Promise.all(Array.from({ length: options.shape.clients }, () => open(options.url)))
   if (options.setup) await Promise.all(sockets.map(options.setup))
   const latencies: Array<number> = []
@@ -59,7 +68,8 @@ export const run = async (options: LoadOptions): Promise<Result> => {
     done.push(
       new Promise<void>((resolve) => {
         let outstanding = 0
-        ws.on("message", () => {
+        ws.on("message", (data: Buffer) => {
+          if (!isReply(data)) return
           const t0 = sentAt.shift() ?? performance.now()
           outstanding--
           if (measuring) {
@@ -80,11 +90,13 @@ export const run = async (options: LoadOptions): Promise<Result> => {
     )
   }
   await new Promise((r) => setTimeout(r, options.warmupSeconds * 1000))
+  options.onWindow?.("open")
   measuring = true
   const start = performance.now()
   await new Promise((r) => setTimeout(r, options.seconds * 1000))
   measuring = false
   const elapsed = (performance.now() - start) / 1000
+  options.onWindow?.("close")
   stopped = true
   await Promise.race([Promise.all(done), new Promise((r) => setTimeout(r, 5000))])
   for (const ws of sockets) ws.terminate()

@@ -5,6 +5,8 @@
  * - plain:  a `ws` echo server, the baseline.
  * - relay:  a hand-written ws → NATS → echo → NATS → ws relay, what a minimal bus hop costs.
  * - edge:   Switchboard's edge and the echo actor, on the embedded bus or on NATS_URL.
+ * - naive-relay: the MCP proxy's id mapping by hand in one process, what the embedded proxy
+ *   would cost without actors, a bus, auth or limits.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { connect } from "@nats-io/transport-node"
@@ -16,7 +18,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
-import { WebSocketServer } from "ws"
+import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
 
 const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
@@ -44,6 +46,76 @@ const relay = async () => {
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
 }
 
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const parseRecord = (data: Buffer): Record<string, unknown> | undefined => {
+  try {
+    const message: unknown = JSON.parse(data.toString())
+    return isRecord(message) ? message : undefined
+  } catch {
+    return undefined
+  }
+}
+const isId = (u: unknown): u is string | number => typeof u === "string" || typeof u === "number"
+const answer = (id: string | number, result: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result })
+
+/**
+ * One extension (the last to connect to `/extension`) and any number of clients on `/mcp`. A
+ * client's request goes to the extension with its id rewritten to `c<client>:<id>`, remembered in
+ * the client's pending map as the proxy does; the answer gets its original id back. The protocol's
+ * control methods get just enough of an answer for the benchmark's clients: every token is good.
+ */
+const naiveRelay = () => {
+  let extension: WebSocket | undefined
+  const clients: Array<{ readonly ws: WebSocket; readonly pending: Map<string, string | number> } | undefined> = []
+
+  const onExtension = (ws: WebSocket) => {
+    ws.send(JSON.stringify({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} }))
+    ws.on("message", (data: Buffer) => {
+      const message = parseRecord(data)
+      const id = message?.["id"]
+      if (message === undefined || typeof id !== "string") return
+      if (id === "proxy:1") {
+        extension = ws
+        return ws.send(JSON.stringify({ jsonrpc: "2.0", method: "authenticated", params: { user_id: "bench", extension_id: "naive" } }))
+      }
+      const client = clients[Number(id.slice(1, id.indexOf(":")))]
+      const original = client?.pending.get(id)
+      if (client === undefined || original === undefined) return
+      client.pending.delete(id)
+      message["id"] = original
+      client.ws.send(JSON.stringify(message))
+    })
+    ws.on("close", () => {
+      if (extension === ws) extension = undefined
+    })
+  }
+
+  const onClient = (ws: WebSocket) => {
+    const index = clients.length
+    const client = { ws, pending: new Map<string, string | number>() }
+    clients.push(client)
+    ws.on("message", (data: Buffer) => {
+      const message = parseRecord(data)
+      const id = message?.["id"]
+      if (message === undefined || !isId(id)) return
+      const method = message["method"]
+      if (method === "mcp_handshake" || method === "list_extensions" || method === "connect") {
+        return ws.send(answer(id, method === "list_extensions" ? { extensions: [{ id: "naive", name: "naive", connected: true }] } : {}))
+      }
+      if (extension === undefined) return ws.send(JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32000, message: "Not connected to an extension" } }))
+      const mapped = `c${index}:${id}`
+      client.pending.set(mapped, id)
+      message["id"] = mapped
+      extension.send(JSON.stringify(message))
+    })
+    ws.on("close", () => (clients[index] = undefined))
+  }
+
+  const wss = new WebSocketServer(wsOptions)
+  wss.on("connection", (ws, req) => (req.url === "/extension" ? onExtension(ws) : onClient(ws)))
+  wss.on("listening", () => ready((wss.address() as { port: number }).port))
+}
+
 const edge = () =>
   Layer.scopedDiscard(
     Effect.flatMap(Edge.EdgeServer, (server) => Effect.sync(() => ready(server.port)))
@@ -64,7 +136,8 @@ const kind = process.argv[2]
 if (kind === "plain") plain()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
+else if (kind === "naive-relay") naiveRelay()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, relay or edge\n`)
+  process.stderr.write(`unknown server kind ${kind}; use plain, relay, edge or naive-relay\n`)
   process.exit(2)
 }

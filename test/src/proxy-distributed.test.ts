@@ -10,22 +10,11 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { connect, type TestClient } from "./support/Client.ts"
 import * as Processes from "./support/Processes.ts"
-import { token } from "./support/Stack.ts"
-
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-/** The next message that is not a `status` keepalive (those arrive whenever peers come and go). */
-const nextMessage = (c: TestClient): Effect.Effect<unknown> =>
-  Effect.flatMap(c.next, (m) => (isRecord(m) && m["method"] === "status" && !("id" in m) ? nextMessage(c) : Effect.succeed(m)))
+import { attach, call, client, extensionOf, next } from "./support/ProxyPeers.ts"
 
 const decode = <A, I>(schema: Schema.Schema<A, I>) => (u: unknown) => Schema.decodeUnknown(schema)(u).pipe(Effect.orDie)
 
-const Authenticated = Schema.Struct({
-  method: Schema.Literal("authenticated"),
-  params: Schema.Struct({ user_id: Schema.String, extension_id: Schema.String })
-})
 const Connected = Schema.Struct({ result: Schema.Struct({ connection_id: Schema.String }) })
 /** A request as the extension receives it: the id is always the router's mapped string. */
 const Forwarded = Schema.Struct({ id: Schema.String, method: Schema.String, params: Schema.Unknown })
@@ -37,43 +26,6 @@ const deploy = Effect.gen(function*() {
   return { a, b }
 })
 
-/** An extension that answers `authenticate` and waits, as the spec's passive peer does. */
-const extension = (edge: Processes.EdgeProcess, user: string, name: string) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${edge.ws}/extension`)
-    expect(yield* nextMessage(c)).toEqual({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} })
-    c.send({ jsonrpc: "2.0", id: "proxy:1", result: { name, accessToken: yield* token({ sub: user }) } })
-    const { params } = yield* Effect.flatMap(nextMessage(c), decode(Authenticated))
-    expect(params.user_id).toBe(user)
-    return { c, id: params.extension_id }
-  })
-
-/** An MCP client that has completed `mcp_handshake`. */
-const mcp = (edge: Processes.EdgeProcess, user: string) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${edge.ws}/mcp`)
-    c.send({ jsonrpc: "2.0", id: 1, method: "mcp_handshake", params: { accessToken: yield* token({ sub: user }) } })
-    expect(yield* nextMessage(c)).toEqual({
-      jsonrpc: "2.0",
-      id: 1,
-      result: { authenticated: true, user_id: user, mcp_client_id: expect.stringMatching(/^mcp-/) }
-    })
-    return c
-  })
-
-const call = (c: TestClient, id: number | string, method: string, params: object = {}) =>
-  Effect.suspend(() => {
-    c.send({ jsonrpc: "2.0", id, method, params })
-    return nextMessage(c)
-  })
-
-/** Connects the client to the extension and returns the connection id. */
-const attach = (c: TestClient, extensionId: string) =>
-  call(c, 2, "connect", { extension_id: extensionId }).pipe(
-    Effect.flatMap(decode(Connected)),
-    Effect.map((r) => r.result.connection_id)
-  )
-
 /**
  * Each test gets a NATS of its own (one that goes away takes only its test down), and its
  * processes stop before their NATS does.
@@ -84,8 +36,8 @@ describe("MCP proxy across processes", () => {
   it.live("an extension on edge A serves a client on edge B; ids come back with their own type", () =>
     Effect.gen(function*() {
       const { a, b } = yield* deploy
-      const ext = yield* extension(a, "alice", "Chrome 141")
-      const c = yield* mcp(b, "alice")
+      const ext = yield* extensionOf(a.ws, "alice", "Chrome 141")
+      const c = yield* client(b.ws, "alice")
       expect(yield* call(c, 2, "list_extensions")).toEqual({
         jsonrpc: "2.0",
         id: 2,
@@ -104,10 +56,10 @@ describe("MCP proxy across processes", () => {
           const params = { url: "https://example.com", stealth: true }
           // The spec's routing field: the router must strip it.
           c.send({ jsonrpc: "2.0", id, method: "createTab", params, connectionId })
-          const forwarded = yield* nextMessage(ext.c)
+          const forwarded = yield* next(ext.c)
           expect(forwarded).toEqual({ jsonrpc: "2.0", id: `${connectionId}:${id}`, method: "createTab", params })
           ext.c.send({ jsonrpc: "2.0", id: `${connectionId}:${id}`, ...answer })
-          return yield* nextMessage(c)
+          return yield* next(c)
         })
 
       // toEqual tells 100 from "100": the id must come back as the client sent it.
@@ -125,17 +77,17 @@ describe("MCP proxy across processes", () => {
   it.live("three clients with colliding ids, all in flight at once, each get exactly their own answers", () =>
     Effect.gen(function*() {
       const { a, b } = yield* deploy
-      const ext = yield* extension(a, "alice", "Chrome 141")
+      const ext = yield* extensionOf(a.ws, "alice", "Chrome 141")
       const clients = yield* Effect.forEach([0, 1, 2], () =>
         Effect.gen(function*() {
-          const c = yield* mcp(b, "alice")
+          const c = yield* client(b.ws, "alice")
           return { c, connectionId: yield* attach(c, ext.id) }
         }))
       const ids: ReadonlyArray<number | string> = [1, 2, 3, "550e8400-e29b-41d4-a716-446655440000"]
       clients.forEach(({ c }, client) => ids.forEach((id) => c.send({ jsonrpc: "2.0", id, method: "createTab", params: { client, sent: id } })))
 
       // Every request reaches the extension before any answer leaves it.
-      const forwarded = yield* Effect.forEach(ids.flatMap(() => clients), () => Effect.flatMap(nextMessage(ext.c), decode(Forwarded)))
+      const forwarded = yield* Effect.forEach(ids.flatMap(() => clients), () => Effect.flatMap(next(ext.c), decode(Forwarded)))
       expect(new Set(forwarded.map((f) => f.id)).size).toBe(clients.length * ids.length)
       expect(forwarded.map((f) => f.id).sort()).toEqual(clients.flatMap(({ connectionId }) => ids.map((id) => `${connectionId}:${id}`)).sort())
       // Answered in reverse: matching must not depend on order.
@@ -145,7 +97,7 @@ describe("MCP proxy across processes", () => {
         clients,
         ({ c }, client) =>
           Effect.gen(function*() {
-            const got = yield* Effect.forEach(ids, () => nextMessage(c))
+            const got = yield* Effect.forEach(ids, () => next(c))
             const expected = ids.map((id) => ({ jsonrpc: "2.0", id, result: { client, sent: id } }))
             expect(got).toHaveLength(expected.length)
             expect(got).toEqual(expect.arrayContaining(expected))
@@ -157,10 +109,10 @@ describe("MCP proxy across processes", () => {
   it.live("the extension disconnecting tells every client its connection_id and fails their pending requests at once", () =>
     Effect.gen(function*() {
       const { a, b } = yield* deploy
-      const ext = yield* extension(a, "alice", "Chrome 141")
+      const ext = yield* extensionOf(a.ws, "alice", "Chrome 141")
       const clients = yield* Effect.forEach([0, 1], () =>
         Effect.gen(function*() {
-          const c = yield* mcp(b, "alice")
+          const c = yield* client(b.ws, "alice")
           return { c, connectionId: yield* attach(c, ext.id) }
         }))
       const uuid = randomUUID()
@@ -169,7 +121,7 @@ describe("MCP proxy across processes", () => {
         c.send({ jsonrpc: "2.0", id: uuid, method: "getTabs", params: {} })
       })
       // Once the extension holds all four, all four are pending in the router.
-      yield* Effect.forEach(Array.from({ length: 4 }), () => nextMessage(ext.c))
+      yield* Effect.forEach(Array.from({ length: 4 }), () => next(ext.c))
 
       const closedAt = Date.now()
       ext.c.ws.close(1000, "browser closed")
@@ -177,7 +129,7 @@ describe("MCP proxy across processes", () => {
         clients,
         ({ c, connectionId }) =>
           Effect.gen(function*() {
-            const got = yield* Effect.forEach(Array.from({ length: 3 }), () => nextMessage(c))
+            const got = yield* Effect.forEach(Array.from({ length: 3 }), () => next(c))
             const failed = { code: -32000, message: expect.stringContaining("Extension disconnected") }
             expect(got).toEqual(
               expect.arrayContaining([
@@ -201,9 +153,9 @@ describe("MCP proxy across processes", () => {
   it.live("users are isolated across edges: bob neither sees nor reaches alice's extension", () =>
     Effect.gen(function*() {
       const { a, b } = yield* deploy
-      const alicesExtension = yield* extension(a, "alice", "Alice's Chrome")
-      const bobsExtension = yield* extension(a, "bob", "Bob's Chrome")
-      const bob = yield* mcp(b, "bob")
+      const alicesExtension = yield* extensionOf(a.ws, "alice", "Alice's Chrome")
+      const bobsExtension = yield* extensionOf(a.ws, "bob", "Bob's Chrome")
+      const bob = yield* client(b.ws, "bob")
       expect(yield* call(bob, 2, "list_extensions")).toEqual({
         jsonrpc: "2.0",
         id: 2,
@@ -221,10 +173,10 @@ describe("MCP proxy across processes", () => {
       })
 
       // Alice's own request is the first thing her extension receives: nothing of bob's got there.
-      const alice = yield* mcp(b, "alice")
+      const alice = yield* client(b.ws, "alice")
       const connectionId = yield* attach(alice, alicesExtension.id)
       alice.send({ jsonrpc: "2.0", id: 4, method: "createTab", params: { url: "https://alice.example" } })
-      expect(yield* nextMessage(alicesExtension.c)).toEqual({
+      expect(yield* next(alicesExtension.c)).toEqual({
         jsonrpc: "2.0",
         id: `${connectionId}:4`,
         method: "createTab",

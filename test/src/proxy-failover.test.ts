@@ -15,17 +15,9 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
-import { connect, type TestClient } from "./support/Client.ts"
+import { connect } from "./support/Client.ts"
+import { call, type Message, next } from "./support/ProxyPeers.ts"
 import { busLayer, configFrom, namespace, stack, token } from "./support/Stack.ts"
-
-type Message = Record<string, unknown> & { readonly id?: unknown; readonly method?: string; readonly params?: Record<string, unknown> }
-const next = (c: TestClient): Effect.Effect<Message> =>
-  Effect.flatMap(c.next, (m) => ((m as Message).method === "status" ? next(c) : Effect.succeed(m as Message)))
-const call = (c: TestClient, id: unknown, method: string, params: Record<string, unknown> = {}) =>
-  Effect.suspend(() => {
-    c.send({ jsonrpc: "2.0", id, method, params })
-    return next(c)
-  })
 
 const env = { ROUTER_REPLICA_HEARTBEAT: "200 millis" }
 

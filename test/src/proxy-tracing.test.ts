@@ -17,20 +17,9 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import { connect, type TestClient } from "./support/Client.ts"
-import { busLayer, configFrom, namespace, stack, token } from "./support/Stack.ts"
-
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-/** The next message that is not a `status` keepalive. */
-const nextMessage = (c: TestClient): Effect.Effect<unknown> =>
-  Effect.flatMap(c.next, (m) => (isRecord(m) && m["method"] === "status" && !("id" in m) ? nextMessage(c) : Effect.succeed(m)))
-
-const decode = <A, I>(schema: Schema.Schema<A, I>) => (u: unknown) => Schema.decodeUnknown(schema)(u).pipe(Effect.orDie)
-const Connected = Schema.Struct({ result: Schema.Struct({ connection_id: Schema.String }) })
-const Forwarded = Schema.Struct({ id: Schema.String })
+import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
+import { busLayer, configFrom, namespace, stack } from "./support/Stack.ts"
 
 const USER = "alice"
 const REQUEST_ID = 7
@@ -41,23 +30,14 @@ const REQUEST_ID = 7
  */
 const createTabRoundTrip = (extensionEdge: string, clientEdge: string) =>
   Effect.gen(function*() {
-    const ext = yield* connect(`${extensionEdge}/extension`)
-    yield* nextMessage(ext) // authenticate
-    ext.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome 141", accessToken: yield* token({ sub: USER }) } })
-    const authenticated = yield* nextMessage(ext)
-    const extensionId = yield* decode(Schema.Struct({ params: Schema.Struct({ extension_id: Schema.String }) }))(authenticated)
-
-    const c = yield* connect(`${clientEdge}/mcp`)
-    c.send({ jsonrpc: "2.0", id: 1, method: "mcp_handshake", params: { accessToken: yield* token({ sub: USER }) } })
-    expect(yield* nextMessage(c)).toMatchObject({ id: 1, result: { authenticated: true } })
-    c.send({ jsonrpc: "2.0", id: 2, method: "connect", params: { extension_id: extensionId.params.extension_id } })
-    const { result: { connection_id } } = yield* Effect.flatMap(nextMessage(c), decode(Connected))
-
+    const ext = yield* extensionOf(extensionEdge, USER)
+    const c = yield* client(clientEdge, USER)
+    const connectionId = yield* attach(c, ext.id)
     c.send({ jsonrpc: "2.0", id: REQUEST_ID, method: "createTab", params: { url: "https://example.com" } })
-    const forwarded = yield* Effect.flatMap(nextMessage(ext), decode(Forwarded))
-    ext.send({ jsonrpc: "2.0", id: forwarded.id, result: { tabId: 42 } })
-    expect(yield* nextMessage(c)).toEqual({ jsonrpc: "2.0", id: REQUEST_ID, result: { tabId: 42 } })
-    return connection_id
+    const forwarded = yield* next(ext.c)
+    ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: { tabId: 42 } })
+    expect(yield* next(c)).toEqual({ jsonrpc: "2.0", id: REQUEST_ID, result: { tabId: 42 } })
+    return connectionId
   })
 
 class NotYet extends Error {}

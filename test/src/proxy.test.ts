@@ -8,10 +8,9 @@ import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { closedWith, connect, type TestClient } from "./support/Client.ts"
+import { closedWith, connect } from "./support/Client.ts"
+import { attach, call, client, echoing, extension, extensionOf, type Message, next, nextStatus } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
-
-type Message = Record<string, unknown> & { readonly id?: unknown; readonly method?: string; readonly params?: Record<string, unknown> }
 
 const start = (env: Record<string, string> = {}) =>
   Effect.gen(function*() {
@@ -20,54 +19,13 @@ const start = (env: Record<string, string> = {}) =>
     return edge.url.replace("http", "ws")
   })
 
-/** The next message that is not a `status` keepalive. */
-const next = (c: TestClient): Effect.Effect<Message> =>
-  Effect.flatMap(c.next, (m) => ((m as Message).method === "status" ? next(c) : Effect.succeed(m as Message)))
-
-const nextStatus = (c: TestClient): Effect.Effect<Message> =>
-  Effect.flatMap(c.next, (m) => ((m as Message).method === "status" ? Effect.succeed(m as Message) : nextStatus(c)))
-
-const call = (c: TestClient, id: unknown, method: string, params: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) =>
-  Effect.suspend(() => {
-    c.send({ jsonrpc: "2.0", id, method, params, ...extra })
-    return next(c)
-  })
-
-/** An extension that authenticates with the given answer and returns its id. */
-const extension = (ws: string, answer: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${ws}/extension`)
-    const auth = yield* next(c)
-    expect(auth).toEqual({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} })
-    c.send({ jsonrpc: "2.0", id: "proxy:1", result: answer })
-    const authenticated = yield* next(c)
-    expect(authenticated.method).toBe("authenticated")
-    return { c, id: authenticated.params!["extension_id"] as string, userId: authenticated.params!["user_id"] as string }
-  })
-
-const client = (ws: string, sub: string) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${ws}/mcp`)
-    const hello = yield* call(c, 1, "mcp_handshake", { accessToken: yield* token({ sub }) })
-    expect(hello.result).toMatchObject({ authenticated: true, user_id: sub })
-    return c
-  })
-
 /** Alice's extension and one connected client: the state most tests start from. */
 const connected = (ws: string, sub = "alice") =>
   Effect.gen(function*() {
-    const ext = yield* extension(ws, { name: "Chrome 141", accessToken: yield* token({ sub }) })
+    const ext = yield* extensionOf(ws, sub)
     const mcp = yield* client(ws, sub)
-    const conn = yield* call(mcp, 2, "connect", { extension_id: ext.id })
-    return { ext, mcp, connectionId: (conn.result as Message)["connection_id"] as string }
+    return { ext, mcp, connectionId: yield* attach(mcp, ext.id) }
   })
-
-/** Answers every forwarded request with its own method and params. */
-const echoing = (ext: TestClient) =>
-  Effect.gen(function*() {
-    const m = yield* next(ext)
-    ext.send({ jsonrpc: "2.0", id: m.id, result: { method: m.method, params: m.params } })
-  }).pipe(Effect.forever, Effect.forkScoped)
 
 describe("MCP proxy protocol", () => {
   it.scopedLive("runs the spec's exchanges: authenticate, handshake, list, connect, forward, errors, disconnect", () =>
