@@ -32,7 +32,7 @@ const plain = () => {
 
 const relay = async () => {
   const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
-  const sockets = new Map<string, import("ws").WebSocket>()
+  const sockets = new Map<string, WebSocket>()
   nc.subscribe("relay.in.*", { callback: (_e, m) => nc.publish(`relay.out.${m.subject.slice(9)}`, m.data) })
   nc.subscribe("relay.out.*", { callback: (_e, m) => sockets.get(m.subject.slice(10))?.send(m.data, { binary: false }) })
   let next = 0
