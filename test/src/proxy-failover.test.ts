@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Kv } from "@switchboard/bus"
+import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
@@ -63,7 +63,7 @@ describe("router replicas", () => {
       const others = yield* Effect.forEach(Array.from({ length: 12 }), () => connect(`${ws}/mcp`))
       yield* Effect.forEach(others, (c, i) => call(c, i, "mcp_handshake", { accessToken: t }))
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
-      const owners = Kv.typed(yield* kv.bucket("connections"), Actors.ConnectionRecord)
+      const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
         .values()
         .pipe(Effect.map((records) => new Set(records.map((r) => r.value.replica)).size), Effect.orDie)
       expect(yield* owners).toBe(2)

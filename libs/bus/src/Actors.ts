@@ -140,7 +140,10 @@ export const host = <R>(options: HostOptions<R>) =>
     const heartbeat = Duration.decode(options.replicaHeartbeat ?? "2 seconds")
     const connections = typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord)
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
-    const replicas = yield* kv.bucket(Subjects.Bucket.replicas, { ttl: Duration.times(heartbeat, 3) })
+    const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+    if (Duration.greaterThan(Duration.times(heartbeat, 2), Subjects.Bucket.replicas.ttl)) {
+      return yield* Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
+    }
     const replica = randomUUID()
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()

@@ -25,7 +25,12 @@ export class KvConflict extends Data.TaggedError("KvConflict")<{
   readonly reason: "Exists" | "WrongRevision"
 }> {}
 
-export interface BucketOptions {
+/**
+ * A bucket's definition. Every process that opens a bucket must pass the same one (they are
+ * declared once, in `Subjects.Bucket`): on NATS the first creator's settings win.
+ */
+export interface BucketSpec {
+  readonly name: string
   /** Entries older than this are removed. */
   readonly ttl?: Duration.DurationInput
   readonly history?: number
@@ -54,7 +59,7 @@ export interface KvBucketShape {
 
 export interface KvShape {
   /** Opens a bucket, creating it when missing. */
-  readonly bucket: (name: string, options?: BucketOptions) => Effect.Effect<KvBucketShape, BusError>
+  readonly bucket: (spec: BucketSpec) => Effect.Effect<KvBucketShape, BusError>
 }
 
 export class Kv extends Context.Tag("@switchboard/bus/Kv")<Kv, KvShape>() {}

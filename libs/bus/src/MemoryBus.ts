@@ -270,12 +270,12 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
 export const makeKv = (): KvShape => {
   const buckets = new Map<string, KvBucketShape>()
   return {
-    bucket: (name, options) =>
+    bucket: (spec) =>
       Effect.sync(() => {
-        const existing = buckets.get(name)
+        const existing = buckets.get(spec.name)
         if (existing) return existing
-        const bucket = makeBucket(name, Option.map(Option.fromNullable(options?.ttl), Duration.decode))
-        buckets.set(name, bucket)
+        const bucket = makeBucket(spec.name, Option.map(Option.fromNullable(spec.ttl), Duration.decode))
+        buckets.set(spec.name, bucket)
         return bucket
       })
   }

@@ -221,18 +221,23 @@ const makeBucket = (name: string, kv: KV): KvBucketShape => {
 export const makeKv = (nc: NatsConnection, namespace: string): KvShape => {
   const kvm = new Kvm(nc)
   return {
-    bucket: (name, options) =>
+    bucket: (spec) =>
       Effect.tryPromise({
         try: async () => {
-          const full = `${namespace}_${name}`
-          const kv = await kvm.create(full, {
-            history: options?.history ?? 1,
-            replicas: options?.replicas ?? 1,
-            ...(options?.ttl === undefined ? {} : { ttl: Duration.toMillis(Duration.decode(options.ttl)) })
+          const full = `${namespace}_${spec.name}`
+          const options = {
+            history: spec.history ?? 1,
+            replicas: spec.replicas ?? 1,
+            ...(spec.ttl === undefined ? {} : { ttl: Duration.toMillis(Duration.decode(spec.ttl)) })
+          }
+          // Two processes creating the same bucket at once: one wins, the other opens it.
+          const kv = await kvm.create(full, options).catch((e: unknown) => {
+            if (e instanceof Error && /already in use/i.test(e.message)) return kvm.open(full)
+            throw e
           })
-          return makeBucket(name, kv)
+          return makeBucket(spec.name, kv)
         },
-        catch: busError("Kv", `open bucket ${name}`)
+        catch: busError("Kv", `open bucket ${spec.name}`)
       })
   }
 }

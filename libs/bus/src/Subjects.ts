@@ -4,6 +4,7 @@
  * under its namespace (default `sb`), so `router.open` travels as `sb.router.open`.
  */
 import * as Brand from "effect/Brand"
+import type { BucketSpec } from "./Kv.ts"
 
 export type ConnId = string & Brand.Brand<"ConnId">
 export const ConnId = Brand.nominal<ConnId>()
@@ -48,20 +49,24 @@ export const Queue = {
   service: (service: ServiceName): string => service
 } as const
 
-/** KV buckets. The adapter namespaces bucket names as it does subjects. */
+/**
+ * KV buckets, each declared once with its settings (the adapter namespaces names as it does
+ * subjects). Liveness keys live three heartbeats of their writers, whose intervals are checked
+ * against these TTLs at start.
+ */
 export const Bucket = {
   /** edge id → heartbeat; expires when an edge dies. */
-  edges: "edges",
+  edges: { name: "edges", ttl: "15 seconds" },
   /** conn id → the actor record of a connection (service, owning replica, edge, open event). */
-  connections: "connections",
+  connections: { name: "connections" },
   /** `<service>.<replica>` → heartbeat; expires when a service replica dies. */
-  replicas: "replicas",
+  replicas: { name: "replicas", ttl: "6 seconds" },
   /** The proxy protocol's state (router). */
-  extensions: "router_extensions",
-  extensionIds: "router_extension_ids",
-  proxyConnections: "router_proxy_connections",
-  sessions: "router_sessions"
-} as const
+  extensions: { name: "router_extensions" },
+  extensionIds: { name: "router_extension_ids" },
+  proxyConnections: { name: "router_proxy_connections" },
+  sessions: { name: "router_sessions" }
+} as const satisfies Record<string, BucketSpec>
 
 const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
 

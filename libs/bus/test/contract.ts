@@ -166,7 +166,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("puts, gets, deletes", () =>
         withBus(
           Effect.gen(function*() {
-            const kv = yield* (yield* Kv).bucket("things")
+            const kv = yield* (yield* Kv).bucket({ name: "things" })
             expect(Option.isNone(yield* kv.get("k1"))).toBe(true)
             const r1 = yield* kv.put("k1", "one")
             const e = yield* kv.get("k1")
@@ -180,7 +180,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("create is an exclusive claim and update is compare-and-set", () =>
         withBus(
           Effect.gen(function*() {
-            const kv = yield* (yield* Kv).bucket("claims")
+            const kv = yield* (yield* Kv).bucket({ name: "claims" })
             const r1 = yield* kv.create("conn.a", "replica-1")
             const again = yield* Effect.either(kv.create("conn.a", "replica-2"))
             expect(Either.isLeft(again) && again.left._tag === "KvConflict" && again.left.reason).toBe("Exists")
@@ -208,7 +208,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("lists keys by subject-style filter", () =>
         withBus(
           Effect.gen(function*() {
-            const kv = yield* (yield* Kv).bucket("keys")
+            const kv = yield* (yield* Kv).bucket({ name: "keys" })
             for (const k of ["ext.alice.1", "ext.alice.2", "ext.bob.1", "mcp.alice.1"]) yield* kv.put(k, k)
             yield* kv.delete("ext.alice.2")
             expect([...(yield* kv.keys("ext.alice.>"))].sort()).toEqual(["ext.alice.1"])
@@ -220,7 +220,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("watches initial values, updates and deletes", () =>
         withBus(
           Effect.gen(function*() {
-            const kv = yield* (yield* Kv).bucket("watched")
+            const kv = yield* (yield* Kv).bucket({ name: "watched" })
             yield* kv.put("w.1", "before")
             yield* kv.put("other", "ignored")
             const q = yield* Queue.unbounded<string>()
@@ -240,7 +240,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("expires entries after the bucket TTL", () =>
         withBus(
           Effect.gen(function*() {
-            const kv = yield* (yield* Kv).bucket("heartbeats", { ttl: "1 second" })
+            const kv = yield* (yield* Kv).bucket({ name: "heartbeats", ttl: "1 second" })
             yield* kv.put("edge-1", "alive")
             expect(Option.isSome(yield* kv.get("edge-1"))).toBe(true)
             // Poll until gone; bounded so a broken TTL fails rather than hangs.
