@@ -91,10 +91,10 @@ const invalid = (raw: unknown, issue: ParseResult.ParseError | string): ErrorRes
   )
 
 /**
- * Classifies an already-parsed value. Batches are not used by any protocol Switchboard speaks, so
- * an array is an invalid request rather than a batch.
+ * The Schema-only classification: the reference the fast path in `decodeValue` must agree with, and
+ * what builds the -32600 text when it doesn't accept a value. Exported for tests; use `decodeValue`.
  */
-export const decodeValue = (raw: unknown): Either.Either<Incoming, ErrorResponse> => {
+export const decodeValueWithSchema = (raw: unknown): Either.Either<Incoming, ErrorResponse> => {
   if (!isRecord(raw)) return Either.left(invalid(raw, "expected a JSON object"))
   if ("method" in raw) {
     if ("id" in raw && raw["id"] !== undefined) {
@@ -122,6 +122,55 @@ export const decodeValue = (raw: unknown): Either.Either<Incoming, ErrorResponse
     })
   }
   return Either.left(invalid(raw, "expected method, result or error"))
+}
+
+// Hand-written twins of the Schemas above, for the router's hot path: running the Schema decoders
+// on every frame cost ~6% of its CPU. Each guard accepts only what its Schema accepts, and only
+// objects whose prototype is Object.prototype (what JSON.parse builds), because the Schema decoders
+// copy into a fresh plain object, so returning any other input as-is would change the result.
+type Fields = Record<string, unknown>
+
+const isPlainObject = (u: unknown): u is Fields => typeof u === "object" && u !== null && Object.getPrototypeOf(u) === Object.prototype
+const isVersion = (u: unknown): boolean => u === undefined || u === "2.0"
+const isParams = (u: unknown): boolean => u === undefined || Array.isArray(u) || isPlainObject(u)
+
+const isRequest = (m: Fields): m is Fields & Request =>
+  isVersion(m["jsonrpc"]) && isId(m["id"]) && typeof m["method"] === "string" && isParams(m["params"])
+
+const isNotification = (m: Fields): m is Fields & Notification =>
+  isVersion(m["jsonrpc"]) && typeof m["method"] === "string" && isParams(m["params"])
+
+const isSuccessResponse = (m: Fields): m is Fields & SuccessResponse => isVersion(m["jsonrpc"]) && isId(m["id"]) && "result" in m
+
+// Schema.Int is Number.isSafeInteger, so 2 ** 53 is not an error code.
+const isErrorObject = (u: unknown): boolean =>
+  isPlainObject(u) && Number.isSafeInteger(u["code"]) && typeof u["message"] === "string"
+
+const isErrorResponse = (m: Fields): m is Fields & ErrorResponse =>
+  isVersion(m["jsonrpc"]) && (m["id"] === null || isId(m["id"])) && isErrorObject(m["error"])
+
+/**
+ * Accepts only values that are certainly valid, with the same dispatch as `decodeValueWithSchema`.
+ * `undefined` means "not sure": ids like Infinity, which Schema.Number accepts, are left to it too.
+ */
+const decodeFast = (raw: unknown): Incoming | undefined => {
+  if (!isPlainObject(raw)) return undefined
+  if ("method" in raw) {
+    if (raw["id"] !== undefined) return isRequest(raw) ? { _tag: "Request", message: raw } : undefined
+    return isNotification(raw) ? { _tag: "Notification", message: raw } : undefined
+  }
+  if ("error" in raw) return !("result" in raw) && isErrorResponse(raw) ? { _tag: "Response", message: raw } : undefined
+  return isSuccessResponse(raw) ? { _tag: "Response", message: raw } : undefined
+}
+
+/**
+ * Classifies an already-parsed value. Batches are not used by any protocol Switchboard speaks, so
+ * an array is an invalid request rather than a batch. A valid message is returned as the object
+ * given, extra fields included; anything else goes through the Schemas, which word the -32600.
+ */
+export const decodeValue = (raw: unknown): Either.Either<Incoming, ErrorResponse> => {
+  const fast = decodeFast(raw)
+  return fast === undefined ? decodeValueWithSchema(raw) : Either.right(fast)
 }
 
 /** Parses one text frame. Invalid JSON is -32700 with `id: null`; a wrong shape is -32600. */
