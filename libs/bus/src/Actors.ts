@@ -15,7 +15,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type Headers, text } from "./Bus.ts"
+import { Bus, type BusMessage, type BusShape, type Headers, text } from "./Bus.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
@@ -38,12 +38,27 @@ export interface Connection {
   readonly send: (data: Uint8Array | string, traceparent?: string) => void
   /** Asks the edge to close the socket. The actor then receives `onClosed`. */
   readonly close: (code: number, reason: string) => void
+  /**
+   * Sends a message to the actor of another connection of the same service, wherever it lives:
+   * straight into its mailbox when it is on this replica, over the bus otherwise.
+   */
+  readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string) => void
 }
 
+/** A handle that sends to one socket on any edge, with its headers built once. */
+export interface Socket {
+  readonly send: (data: Uint8Array | string, traceparent?: string) => void
+}
+
+/**
+ * What an actor does with its mailbox, one message at a time. A handler that finishes its work
+ * synchronously returns nothing, and the host runs no Effect for that message: most frames of a
+ * busy connection are handled this way.
+ */
 export interface Actor<R = never> {
-  readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R>
-  /** A message from another actor (see `peer`); it may carry a reply subject. */
-  readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R>
+  readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R> | void
+  /** A message from another actor (see `Connection.peer`); it may carry a reply subject. */
+  readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
 }
 
@@ -104,8 +119,8 @@ class IncomingFrame implements Frame {
 
 /** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
 export const edgeLink = Effect.map(Bus, (bus) => ({
-  send: (edge: Subjects.EdgeId, conn: Subjects.ConnId, data: Uint8Array | string, traceparent?: string) =>
-    bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conn, conn, traceparent)),
+  /** One socket, for repeated sends (its headers are built once). */
+  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, conn),
   /** Fan-out: one publish per edge, however many of its sockets receive the frame. */
   sendMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>, data: Uint8Array | string, traceparent?: string) =>
     bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conns, conns.join(","), traceparent)),
@@ -122,10 +137,38 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
  * Actors address each other by their connection's subject, never by replica: a `peer` message goes
  * into the other actor's mailbox, in order with its frames.
  */
-export const peerHeaders = (kind: string, traceparent?: string): Headers =>
-  traceparent === undefined
-    ? { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }
-    : { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind, [Subjects.Header.traceparent]: traceparent }
+const untracedPeerHeaders = new Map<string, Headers>()
+export const peerHeaders = (kind: string, traceparent?: string): Headers => {
+  if (traceparent !== undefined) {
+    return { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind, [Subjects.Header.traceparent]: traceparent }
+  }
+  // The same record every time, so adapters can cache what they derive from it.
+  let h = untracedPeerHeaders.get(kind)
+  if (h === undefined) untracedPeerHeaders.set(kind, (h = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }))
+  return h
+}
+
+const socket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => {
+  const out = Subjects.edgeOut(edge)
+  const untraced = deliverHeaders(Subjects.Header.conn, conn, undefined)
+  return {
+    send: (data, traceparent) =>
+      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(Subjects.Header.conn, conn, traceparent))
+  }
+}
+
+/** A peer message that never left the process; it reads like one that came over the bus. */
+class LocalMessage implements BusMessage {
+  readonly reply = undefined
+  constructor(
+    readonly subject: string,
+    readonly data: Uint8Array,
+    private readonly headers: Headers
+  ) {}
+  header(name: string) {
+    return this.headers[name]
+  }
+}
 
 const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
   traceparent === undefined
@@ -150,7 +193,19 @@ export const host = <R>(options: HostOptions<R>) =>
     type Mailbox = Queue.Queue<BusMessage | "edge-lost">
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
     const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox>>()
-    const owned = new Set<Subjects.ConnId>()
+    /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
+    const owned = new Map<Subjects.ConnId, Mailbox>()
+    const encoder = new TextEncoder()
+    const peer: Connection["peer"] = (target, kind, data, traceparent) => {
+      const mailbox = owned.get(target)
+      const headers = peerHeaders(kind, traceparent)
+      if (mailbox !== undefined) {
+        const subject = Subjects.conn(options.service, target)
+        Queue.unsafeOffer(mailbox, new LocalMessage(subject, typeof data === "string" ? encoder.encode(data) : data, headers))
+      } else {
+        bus.unsafePublish(Subjects.conn(options.service, target), data, headers)
+      }
+    }
 
     /**
      * Runs one connection's actor: subscribe, build, then handle its mailbox in order until the
@@ -171,14 +226,13 @@ export const host = <R>(options: HostOptions<R>) =>
           scope
         )
         const out = Subjects.edgeOut(edgeId)
-        const untraced = deliverHeaders(Subjects.Header.conn, connId, undefined)
         const connection: Connection = {
           id: connId,
           edge: edgeId,
           open: event,
           user: event.claims?.sub,
-          send: (data, traceparent) =>
-            bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(Subjects.Header.conn, connId, traceparent)),
+          send: socket(bus, edgeId, connId).send,
+          peer,
           close: (code, reason) =>
             bus.unsafePublish(out, "", {
               [Subjects.Header.op]: "close",
@@ -205,7 +259,7 @@ export const host = <R>(options: HostOptions<R>) =>
         let local = byEdge.get(edgeId)
         if (!local) byEdge.set(edgeId, (local = new Map()))
         local.set(connId, mailbox)
-        owned.add(connId)
+        owned.set(connId, mailbox)
         yield* answer({ ok: true })
 
         let closed: readonly [number, string] | undefined
@@ -218,9 +272,11 @@ export const host = <R>(options: HostOptions<R>) =>
             }
             const op = m.header(Subjects.Header.op)
             if (op === "frame") {
-              yield* actor.onFrame(new IncomingFrame(m))
+              const work = actor.onFrame(new IncomingFrame(m))
+              if (work !== undefined) yield* work
             } else if (op === "peer") {
-              if (actor.onPeer) yield* actor.onPeer(m)
+              const work = actor.onPeer?.(m)
+              if (work !== undefined) yield* work
             } else if (op === "closed") {
               closed = [Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""]
               break

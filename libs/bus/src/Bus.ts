@@ -17,6 +17,7 @@ export interface BusMessage {
   /** Owned by the receiver; publishers must not mutate a buffer after publishing it. */
   readonly data: Uint8Array
   readonly reply: string | undefined
+  /** A header's value; an absent or empty header is `undefined`. */
   readonly header: (name: string) => string | undefined
 }
 

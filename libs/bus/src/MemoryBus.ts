@@ -42,7 +42,8 @@ class Message implements BusMessage {
     readonly reply: string | undefined
   ) {}
   header(name: string): string | undefined {
-    return this.headers[name]
+    const value = this.headers[name]
+    return value === "" ? undefined : value
   }
 }
 

@@ -71,9 +71,10 @@ class NatsMessage implements BusMessage {
   get reply() {
     return this.msg.reply || undefined
   }
+  /** An empty header value reads as absent: one lookup instead of `has` then `get`. */
   header(name: string): string | undefined {
-    const h = this.msg.headers
-    return h !== undefined && h.has(name) ? h.get(name) : undefined
+    const value = this.msg.headers?.get(name)
+    return value === undefined || value === "" ? undefined : value
   }
 }
 

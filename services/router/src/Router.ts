@@ -91,9 +91,6 @@ export const make = Effect.gen(function*() {
     if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
     return b
   }
-  const toActor = (conn: string, kind: string, data: Uint8Array | string, traceparent?: string) =>
-    bus.unsafePublish(Subjects.conn("router", Subjects.ConnId(conn)), data, Actors.peerHeaders(kind, traceparent))
-
   /** The status keepalive, for as long as the connection's scope lives. */
   const keepalive = (scope: Scope.Scope, send: () => void) =>
     Effect.sync(send).pipe(Effect.delay(config.statusInterval), Effect.forever, Effect.forkIn(scope))
@@ -105,13 +102,13 @@ export const make = Effect.gen(function*() {
       const scope = yield* Effect.scope
       let ext: Proxy.ExtensionRecord | undefined
       /** Proxy connections attached to this extension: connection id → the client's socket. */
-      const attached = new Map<string, { readonly conn: string; readonly edge: string }>()
+      const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
       let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
         conn.send(status(true, attached.size))
         for (const [connectionId, client] of attached) {
-          toActor(client.conn, Proxy.PeerKind.status, statusCodec.encode({ connectionId, peerCount: attached.size }))
+          conn.peer(client.conn, Proxy.PeerKind.status, statusCodec.encode({ connectionId, peerCount: attached.size }))
         }
       }
 
@@ -124,7 +121,7 @@ export const make = Effect.gen(function*() {
           ext = record.value.value
           const all = yield* proxies.values().pipe(Effect.orElseSucceed(() => []))
           for (const { value: p } of all) {
-            if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: p.clientConn, edge: p.clientEdge })
+            if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: Subjects.ConnId(p.clientConn) })
           }
           yield* keepalive(scope, () => conn.send(status(true, attached.size)))
         }
@@ -187,36 +184,33 @@ export const make = Effect.gen(function*() {
           return Option.match(existing, { onNone: () => fresh, onSome: (e) => decoder.decode(e.value) })
         })
 
-      const onFrame = (frame: Actors.Frame) =>
-        Effect.suspend(() => {
-          const parsed = parse(frame.text)
-          if (Either.isLeft(parsed)) return Effect.sync(() => conn.send(failure(null, ErrorCode.ParseError, `Parse error: ${parsed.left}`)))
-          const message = parsed.right
-          if (!isRecord(message)) return Effect.sync(() => conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: expected a JSON object")))
-          const id = message["id"]
-          if ("method" in message) {
-            // The extension is passive; it has nothing to ask of the proxy.
-            return Effect.sync(() => {
-              if (id !== undefined) conn.send(failure(JsonRpc.decodeValue(message)._tag === "Right" ? (id as JsonRpc.Id) : null, ErrorCode.MethodNotFound, `Method not found: ${String(message["method"])}`))
-            })
-          }
-          if (id === AUTH_REQUEST_ID) return ext === undefined ? authenticate(message) : Effect.void
-          if (ext === undefined) {
-            return Effect.sync(() => conn.send(failure(null, ErrorCode.ServerError, "Not authenticated: answer the authenticate request first")))
-          }
-          if (typeof id !== "string") {
-            return Effect.sync(() => conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: a response to a forwarded request carries its mapped string id")))
-          }
-          const colon = id.indexOf(":")
-          const connectionId = colon < 0 ? id : id.slice(0, colon)
-          const client = attached.get(connectionId)
-          if (client !== undefined) return Effect.sync(() => toActor(client.conn, Proxy.PeerKind.reply, frame.data))
-          // Attached through another replica's view, or a late answer after a disconnect.
-          return proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
-            Effect.map(Option.map((p) => toActor(p.value.clientConn, Proxy.PeerKind.reply, frame.data))),
-            Effect.ignore
-          )
-        })
+      const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
+        const parsed = parse(frame.text)
+        if (Either.isLeft(parsed)) return conn.send(failure(null, ErrorCode.ParseError, `Parse error: ${parsed.left}`))
+        const message = parsed.right
+        if (!isRecord(message)) return conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: expected a JSON object"))
+        const id = message["id"]
+        if ("method" in message) {
+          // The extension is passive; it has nothing to ask of the proxy.
+          if (id === undefined) return
+          const echoed = JsonRpc.decodeValue(message)._tag === "Right" ? (id as JsonRpc.Id) : null
+          return conn.send(failure(echoed, ErrorCode.MethodNotFound, `Method not found: ${String(message["method"])}`))
+        }
+        if (id === AUTH_REQUEST_ID) return ext === undefined ? authenticate(message) : undefined
+        if (ext === undefined) return conn.send(failure(null, ErrorCode.ServerError, "Not authenticated: answer the authenticate request first"))
+        if (typeof id !== "string") {
+          return conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: a response to a forwarded request carries its mapped string id"))
+        }
+        const colon = id.indexOf(":")
+        const connectionId = colon < 0 ? id : id.slice(0, colon)
+        const client = attached.get(connectionId)
+        if (client !== undefined) return conn.peer(client.conn, Proxy.PeerKind.reply, frame.data)
+        // Attached through another replica's view, or a late answer after a disconnect.
+        return proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
+          Effect.map(Option.map((p) => conn.peer(Subjects.ConnId(p.value.clientConn), Proxy.PeerKind.reply, frame.data))),
+          Effect.ignore
+        )
+      }
 
       const onPeer = (message: Bus.BusMessage) =>
         Effect.gen(function*() {
@@ -226,7 +220,7 @@ export const make = Effect.gen(function*() {
             const request = attachCodec.decode(body)
             const reply: Proxy.AttachReply = Either.isLeft(request) || ext === undefined || request.right.user !== ext.user
               ? { ok: false, reason: "Extension not found or not accessible" }
-              : (attached.set(request.right.connectionId, { conn: request.right.clientConn, edge: request.right.clientEdge }),
+              : (attached.set(request.right.connectionId, { conn: Subjects.ConnId(request.right.clientConn) }),
                 { ok: true, name: ext.name, peerCount: attached.size })
             yield* bus.respond(message, attachReplyCodec.encode(reply)).pipe(Effect.ignore)
             if (reply.ok) announce()
@@ -240,7 +234,7 @@ export const make = Effect.gen(function*() {
         Effect.gen(function*() {
           const why = code === CloseCode.Normal && reason.startsWith("replaced") ? "Extension reconnected" : "Extension closed"
           for (const [connectionId, client] of attached) {
-            toActor(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
+            conn.peer(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
           }
           attached.clear()
           yield* forget(conn)
@@ -267,7 +261,14 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       let user: string | undefined
       let session:
-        | { readonly connectionId: string; readonly extensionId: string; readonly extConn: Subjects.ConnId; readonly extEdge: Subjects.EdgeId; peerCount: number }
+        | {
+          readonly connectionId: string
+          readonly extensionId: string
+          readonly extConn: Subjects.ConnId
+          /** The extension's socket, for forwarding. */
+          readonly extension: Actors.Socket
+          peerCount: number
+        }
         | undefined
       // Adopted from a replica that stopped: requests in flight there are lost (the client times
       // them out), but the handshake and the connection to the extension carry on.
@@ -279,7 +280,13 @@ export const make = Effect.gen(function*() {
           const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.orElseSucceed(() => Option.none()))
           if (Option.isSome(p)) {
             const v = p.value.value
-            session = { connectionId, extensionId: v.extensionId, extConn: Subjects.ConnId(v.extensionConn), extEdge: Subjects.EdgeId(v.extensionEdge), peerCount: 1 }
+            session = {
+              connectionId,
+              extensionId: v.extensionId,
+              extConn: Subjects.ConnId(v.extensionConn),
+              extension: link.to(Subjects.EdgeId(v.extensionEdge), Subjects.ConnId(v.extensionConn)),
+              peerCount: 1
+            }
           }
         }
       }
@@ -345,7 +352,13 @@ export const make = Effect.gen(function*() {
             .pipe(Effect.map((m) => attachReplyCodec.decode(decoder.decode(m.data))), Effect.either)
           if (Either.isLeft(answer) || Either.isLeft(answer.right) || !answer.right.right.ok) return notFound()
           const attached = answer.right.right
-          session = { connectionId, extensionId, extConn: Subjects.ConnId(ext.conn), extEdge: Subjects.EdgeId(ext.edge), peerCount: attached.peerCount }
+          session = {
+            connectionId,
+            extensionId,
+            extConn: Subjects.ConnId(ext.conn),
+            extension: link.to(Subjects.EdgeId(ext.edge), Subjects.ConnId(ext.conn)),
+            peerCount: attached.peerCount
+          }
           yield* proxies
             .put(Subjects.Key.proxyConnection(connectionId), {
               connectionId,
@@ -373,44 +386,41 @@ export const make = Effect.gen(function*() {
 
       const detach = (connectionId: string, extConn: Subjects.ConnId) =>
         Effect.suspend(() => {
-          toActor(extConn, Proxy.PeerKind.detach, detachCodec.encode({ connectionId }))
+          conn.peer(extConn, Proxy.PeerKind.detach, detachCodec.encode({ connectionId }))
           return proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.ignore)
         })
 
-      const forward = (request: JsonRpc.Request, owner: string) =>
-        Effect.gen(function*() {
-          if (session === undefined) return send(failure(request.id, ErrorCode.ServerError, "Not connected to an extension"))
-          if (budget.take() !== "ok" || userBudget(owner).take() !== "ok") {
-            return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
-          }
-          if (pending.size >= config.maxPending) {
-            return send(failure(request.id, ErrorCode.ServerError, `Too many pending requests (limit ${config.maxPending})`))
-          }
-          const mapped = `${session.connectionId}:${String(request.id)}`
-          if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
-          const span = traced ? yield* Effect.currentSpan.pipe(Effect.option, Effect.map(Option.getOrUndefined)) : undefined
-          if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
-          const timer = setTimeout(() => {
-            if (pending.delete(mapped)) {
-              send(failure(request.id, ErrorCode.ServerError, `Request timed out after ${Duration.format(config.requestTimeout)}`))
-            }
-          }, Duration.toMillis(config.requestTimeout))
-          pending.set(mapped, { id: request.id, method: request.method, timer, span })
-          // The spec's optional routing field never reaches the extension.
-          const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
-          link.send(session.extEdge, session.extConn, JSON.stringify({ ...rest, jsonrpc: "2.0", id: mapped }), span && Telemetry.traceHeaders(span).traceparent)
-        })
-
-      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame) => {
-        if (isReserved(request.id)) {
-          return Effect.sync(() => send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: ids starting with "proxy:" or "ext:" are reserved`)))
+      /** Maps the id and sends the request to the extension; synchronous, once per forwarded request. */
+      const forward = (request: JsonRpc.Request, owner: string, span?: Tracer.Span): void => {
+        if (session === undefined) return send(failure(request.id, ErrorCode.ServerError, "Not connected to an extension"))
+        if (budget.take() !== "ok" || userBudget(owner).take() !== "ok") {
+          return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
         }
-        if (frame.limited) return Effect.sync(() => send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded")))
+        if (pending.size >= config.maxPending) {
+          return send(failure(request.id, ErrorCode.ServerError, `Too many pending requests (limit ${config.maxPending})`))
+        }
+        const mapped = `${session.connectionId}:${String(request.id)}`
+        if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
+        if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
+        const timer = setTimeout(() => {
+          if (pending.delete(mapped)) {
+            send(failure(request.id, ErrorCode.ServerError, `Request timed out after ${Duration.format(config.requestTimeout)}`))
+          }
+        }, Duration.toMillis(config.requestTimeout))
+        pending.set(mapped, { id: request.id, method: request.method, timer, span })
+        // The spec's optional routing field never reaches the extension.
+        const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
+        session.extension.send(JSON.stringify({ ...rest, jsonrpc: "2.0", id: mapped }), span && Telemetry.traceHeaders(span).traceparent)
+      }
+
+      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame): Effect.Effect<void> | void => {
+        if (isReserved(request.id)) {
+          return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: ids starting with "proxy:" or "ext:" are reserved`))
+        }
+        if (frame.limited) return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
         if (request.method === "mcp_handshake") return handshake(request)
         const owner = user
-        if (owner === undefined) {
-          return Effect.sync(() => send(failure(request.id, ErrorCode.ServerError, "Not authenticated: send mcp_handshake first")))
-        }
+        if (owner === undefined) return send(failure(request.id, ErrorCode.ServerError, "Not authenticated: send mcp_handshake first"))
         switch (request.method) {
           case "list_extensions":
             return listExtensions(request, owner)
@@ -419,9 +429,9 @@ export const make = Effect.gen(function*() {
           case "disconnect":
             return disconnect(request)
         }
-        const forwarding = forward(request, owner)
-        if (!traced) return forwarding
-        return forwarding.pipe(
+        if (!traced) return forward(request, owner)
+        return Effect.currentSpan.pipe(
+          Effect.map((span) => forward(request, owner, span)),
           Effect.withSpan(`router.forward ${request.method}`, {
             kind: "server",
             attributes: {
@@ -432,57 +442,56 @@ export const make = Effect.gen(function*() {
               ...(session === undefined ? {} : { connection_id: session.connectionId })
             }
           }),
-          Telemetry.withRemoteParent(frame.traceparent)
+          Telemetry.withRemoteParent(frame.traceparent),
+          Effect.ignore
         )
       }
 
-      const onFrame = (frame: Actors.Frame) =>
-        Effect.suspend(() => {
-          const decoded = JsonRpc.decodeFrame(frame.text)
-          if (Either.isLeft(decoded)) return Effect.sync(() => send(JsonRpc.encode(decoded.left)))
-          const incoming = decoded.right
-          if (incoming._tag === "Request") return onRequest(incoming.message, frame)
-          if (incoming._tag === "Notification" && session !== undefined && user !== undefined) {
-            const { connectionId: _routing, ...rest } = incoming.message as JsonRpc.Notification & { readonly connectionId?: unknown }
-            link.send(session.extEdge, session.extConn, JSON.stringify({ ...rest, jsonrpc: "2.0" }))
-          }
-          // A client answers nothing; its stray responses and notifications before connect go nowhere.
-          return Effect.void
-        })
+      const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
+        const decoded = JsonRpc.decodeFrame(frame.text)
+        if (Either.isLeft(decoded)) return send(JsonRpc.encode(decoded.left))
+        const incoming = decoded.right
+        if (incoming._tag === "Request") return onRequest(incoming.message, frame)
+        if (incoming._tag === "Notification" && session !== undefined && user !== undefined) {
+          const { connectionId: _routing, ...rest } = incoming.message as JsonRpc.Notification & { readonly connectionId?: unknown }
+          session.extension.send(JSON.stringify({ ...rest, jsonrpc: "2.0" }))
+        }
+        // A client answers nothing; its stray responses and notifications before connect go nowhere.
+      }
 
       /** The extension's answer, as the extension's actor passed it on. */
-      const onReply = (data: Uint8Array) =>
-        Effect.suspend(() => {
-          const parsed = parse(decoder.decode(data))
-          if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return Effect.void
-          const response = parsed.right
-          const p = pending.get(response["id"] as string)
-          if (p === undefined) return Effect.void // late: timed out, or the client disconnected since
-          pending.delete(response["id"] as string)
-          clearTimeout(p.timer)
-          const answer = "result" in response || "error" in response
-            ? JSON.stringify({ ...response, jsonrpc: "2.0", id: p.id })
-            : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
-          if (p.span === undefined) return Effect.sync(() => send(answer))
-          return Effect.currentSpan.pipe(
-            Effect.map((span) => send(answer, span)),
-            Effect.withSpan(`router.reply ${p.method}`, {
-              kind: "server",
-              parent: p.span,
-              attributes: {
-                "rpc.method": p.method,
-                "mcp.request.id": String(p.id),
-                "mcp.mapped_id": response["id"] as string,
-                "sb.conn": conn.id,
-                "connection_id": (response["id"] as string).slice(0, (response["id"] as string).indexOf(":")),
-                "user_id": user ?? ""
-              }
-            }),
-            Effect.ignore
-          )
-        })
+      const onReply = (data: Uint8Array): Effect.Effect<void> | void => {
+        const parsed = parse(decoder.decode(data))
+        if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return
+        const response = parsed.right
+        const mapped = response["id"] as string
+        const p = pending.get(mapped)
+        if (p === undefined) return // late: timed out, or the client disconnected since
+        pending.delete(mapped)
+        clearTimeout(p.timer)
+        const answer = "result" in response || "error" in response
+          ? JSON.stringify({ ...response, jsonrpc: "2.0", id: p.id })
+          : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
+        if (p.span === undefined) return send(answer)
+        return Effect.currentSpan.pipe(
+          Effect.map((span) => send(answer, span)),
+          Effect.withSpan(`router.reply ${p.method}`, {
+            kind: "server",
+            parent: p.span,
+            attributes: {
+              "rpc.method": p.method,
+              "mcp.request.id": String(p.id),
+              "mcp.mapped_id": mapped,
+              "sb.conn": conn.id,
+              "connection_id": mapped.slice(0, mapped.indexOf(":")),
+              "user_id": user ?? ""
+            }
+          }),
+          Effect.ignore
+        )
+      }
 
-      const onPeer = (message: Bus.BusMessage): Effect.Effect<void> => {
+      const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
         const kind = message.header(Subjects.Header.kind)
         if (kind === Proxy.PeerKind.reply) return onReply(message.data)
         return Effect.suspend((): Effect.Effect<void> => {
