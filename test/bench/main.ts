@@ -17,6 +17,8 @@ import { type LoadOptions, run, type Shape } from "./load.ts"
 const root = fileURLToPath(new URL("../../", import.meta.url))
 const serversFile = fileURLToPath(new URL("./servers.ts", import.meta.url))
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
+/** When set, every server process writes a V8 CPU profile into this folder as it exits. */
+const PROFILE = process.env["BENCH_PROFILE"]
 const WARMUP = 0.5
 const SECRET = "bench-secret-that-is-long-enough-for-hs256"
 const shapes: ReadonlyArray<readonly [string, Shape]> = [
@@ -55,7 +57,8 @@ const startProcess = (
 ) =>
   Effect.acquireRelease(
     Effect.async<Started, Error>((resume) => {
-      const child = spawn(process.execPath, ["--import", "tsx", file, ...args], {
+      const profile = PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]
+      const child = spawn(process.execPath, [...profile, "--import", "tsx", file, ...args], {
         cwd: root,
         env: { ...baseEnv(), ...env },
         stdio: ["ignore", "pipe", "inherit"]
@@ -413,7 +416,7 @@ const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape (default 3).`
+    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape (default 3).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }

@@ -6,11 +6,12 @@
  */
 import { Edge } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import type * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
@@ -40,10 +41,15 @@ export interface Connection {
   readonly close: (code: number, reason: string) => void
   /**
    * Sends a message to the actor of another connection of the same service, wherever it lives:
-   * straight into its mailbox when it is on this replica, over the bus otherwise.
+   * straight into its mailbox when it is on this replica, over the bus otherwise. `value`, when
+   * given, is what `data` decodes to; a local receiver gets it back from `localValue` instead of
+   * decoding `data` again.
    */
-  readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string) => void
+  readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string, value?: unknown) => void
 }
+
+/** The decoded value a local peer sent along with a message, if it did. */
+export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
 
 /** A handle that sends to one socket on any edge, with its headers built once. */
 export interface Socket {
@@ -163,7 +169,8 @@ class LocalMessage implements BusMessage {
   constructor(
     readonly subject: string,
     readonly data: Uint8Array,
-    private readonly headers: Headers
+    private readonly headers: Headers,
+    readonly value: unknown
   ) {}
   header(name: string) {
     return this.headers[name]
@@ -174,6 +181,65 @@ const deliverHeaders = (name: string, value: string, traceparent: string | undef
   traceparent === undefined
     ? { [Subjects.Header.op]: "deliver", [name]: value }
     : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
+
+type Envelope = BusMessage | "edge-lost"
+
+/**
+ * An actor's mailbox: messages are handled one at a time, in arrival order. A handler that
+ * finishes synchronously runs right where the message arrives, with no fiber to wake; one that
+ * returns an Effect is forked, and the mailbox waits for it before the next message. Messages that
+ * arrive while a message is being handled (a local peer's answer, say) are queued, never handled
+ * inside it.
+ */
+class Mailbox<R> {
+  private readonly queue: Array<Envelope> = []
+  private head = 0
+  private handler: ((m: Envelope) => Effect.Effect<void, never, R> | void) | undefined
+  private busy = true
+  constructor(private readonly fork: (work: Effect.Effect<void, never, R>) => Fiber.RuntimeFiber<void, never>) {}
+
+  offer(m: Envelope) {
+    this.queue.push(m)
+    if (!this.busy) this.drain()
+  }
+  /** Begins handling, including what arrived before the actor was ready. */
+  start(handler: (m: Envelope) => Effect.Effect<void, never, R> | void) {
+    this.handler = handler
+    this.busy = false
+    this.drain()
+  }
+  /** Ignores everything from now on. */
+  stop() {
+    this.busy = true
+    this.queue.length = 0
+    this.head = 0
+  }
+  private drain() {
+    const handler = this.handler
+    if (handler === undefined) return
+    this.busy = true
+    while (this.head < this.queue.length) {
+      const m = this.queue[this.head]!
+      this.head++
+      let work: Effect.Effect<void, never, R> | void
+      try {
+        work = handler(m)
+      } catch (cause) {
+        work = Effect.logError("actor handler threw", cause)
+      }
+      if (work !== undefined) {
+        this.fork(work).addObserver(() => {
+          this.busy = false
+          this.drain()
+        })
+        return
+      }
+    }
+    this.queue.length = 0
+    this.head = 0
+    this.busy = false
+  }
+}
 
 /** Hosts the actors of one service until the scope closes. */
 export const host = <R>(options: HostOptions<R>) =>
@@ -190,18 +256,17 @@ export const host = <R>(options: HostOptions<R>) =>
     const replica = randomUUID()
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
-    type Mailbox = Queue.Queue<BusMessage | "edge-lost">
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
-    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox>>()
+    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox<R>>>()
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
-    const owned = new Map<Subjects.ConnId, Mailbox>()
+    const owned = new Map<Subjects.ConnId, Mailbox<R>>()
     const encoder = new TextEncoder()
-    const peer: Connection["peer"] = (target, kind, data, traceparent) => {
+    const peer: Connection["peer"] = (target, kind, data, traceparent, value) => {
       const mailbox = owned.get(target)
       const headers = peerHeaders(kind, traceparent)
       if (mailbox !== undefined) {
         const subject = Subjects.conn(options.service, target)
-        Queue.unsafeOffer(mailbox, new LocalMessage(subject, typeof data === "string" ? encoder.encode(data) : data, headers))
+        mailbox.offer(new LocalMessage(subject, typeof data === "string" ? encoder.encode(data) : data, headers, value))
       } else {
         bus.unsafePublish(Subjects.conn(options.service, target), data, headers)
       }
@@ -217,14 +282,11 @@ export const host = <R>(options: HostOptions<R>) =>
       event: Edge.OpenEvent,
       restored: boolean,
       answer: (reply: Edge.OpenReply) => Effect.Effect<void>
-    ) =>
-      Effect.gen(function*() {
+    ) => {
+      const mailbox = new Mailbox<R>(runFork)
+      return Effect.gen(function*() {
         const scope = yield* Scope.make()
-        const mailbox: Mailbox = yield* Queue.unbounded<BusMessage | "edge-lost">()
-        yield* Scope.extend(
-          bus.subscribe(Subjects.conn(options.service, connId), (m) => void Queue.unsafeOffer(mailbox, m)),
-          scope
-        )
+        yield* Scope.extend(bus.subscribe(Subjects.conn(options.service, connId), (m) => mailbox.offer(m)), scope)
         const out = Subjects.edgeOut(edgeId)
         const connection: Connection = {
           id: connId,
@@ -262,34 +324,27 @@ export const host = <R>(options: HostOptions<R>) =>
         owned.set(connId, mailbox)
         yield* answer({ ok: true })
 
-        let closed: readonly [number, string] | undefined
-        while (closed === undefined) {
-          const batch = yield* Queue.takeBetween(mailbox, 1, Number.POSITIVE_INFINITY)
-          for (const m of batch) {
-            if (m === "edge-lost") {
-              closed = [1006, "edge lost"]
-              break
-            }
-            const op = m.header(Subjects.Header.op)
-            if (op === "frame") {
-              const work = actor.onFrame(new IncomingFrame(m))
-              if (work !== undefined) yield* work
-            } else if (op === "peer") {
-              const work = actor.onPeer?.(m)
-              if (work !== undefined) yield* work
-            } else if (op === "closed") {
-              closed = [Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""]
-              break
-            }
+        const closed = yield* Deferred.make<readonly [number, string]>()
+        mailbox.start((m) => {
+          if (m === "edge-lost") return void Deferred.unsafeDone(closed, Exit.succeed([1006, "edge lost"] as const))
+          const op = m.header(Subjects.Header.op)
+          if (op === "frame") return actor.onFrame(new IncomingFrame(m))
+          if (op === "peer") return actor.onPeer?.(m)
+          if (op === "closed") {
+            const code = Number(m.header(Subjects.Header.code) ?? 1005)
+            Deferred.unsafeDone(closed, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))
           }
-        }
-        if (actor.onClosed) yield* actor.onClosed(closed[0], closed[1])
+        })
+        const [code, reason] = yield* Deferred.await(closed)
+        mailbox.stop()
+        if (actor.onClosed) yield* actor.onClosed(code, reason)
         yield* connections.delete(connId).pipe(Effect.ignore)
       }).pipe(
         // When this replica stops, its actors end without `onClosed`: their state stays in KV for
         // the replica that adopts them.
         Effect.ensuring(
           Effect.sync(() => {
+            mailbox.stop()
             owned.delete(connId)
             const local = byEdge.get(edgeId)
             local?.delete(connId)
@@ -299,6 +354,7 @@ export const host = <R>(options: HostOptions<R>) =>
         Effect.annotateLogs({ service: options.service, conn: connId }),
         Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
       )
+    }
 
     const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
       connections
@@ -384,7 +440,7 @@ export const host = <R>(options: HostOptions<R>) =>
         const alive = yield* edges.get(Subjects.Key.edge(edgeId)).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => true))
         if (!alive) {
           yield* Effect.logWarning(`edge ${edgeId} is gone; closing its ${mailboxes.size} connections`)
-          for (const mailbox of mailboxes.values()) Queue.unsafeOffer(mailbox, "edge-lost")
+          for (const mailbox of mailboxes.values()) mailbox.offer("edge-lost")
         }
       }
     }).pipe(Effect.repeat(Schedule.spaced(options.edgeCheckInterval ?? "5 seconds")), Effect.forkScoped)

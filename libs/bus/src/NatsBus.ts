@@ -7,7 +7,7 @@ import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream"
 import { Kvm, KvWatchInclude, type KV, type KvEntry as NatsKvEntry } from "@nats-io/kv"
 import {
   connect,
-  headers as natsHeaders,
+  MsgHdrsImpl,
   type Msg,
   type MsgHdrs,
   type NatsConnection,
@@ -42,18 +42,26 @@ export interface NatsOptions {
   readonly name?: string
 }
 
+/** Headers that never change once built, so their wire form is encoded once, not per publish. */
+class FrozenHeaders extends MsgHdrsImpl {
+  private encoded: Uint8Array | undefined
+  override encode(): Uint8Array {
+    return (this.encoded ??= super.encode())
+  }
+}
+
 /**
- * Hot publishers (the edge, actors) reuse one header record per connection, so the converted
- * headers are cached per record rather than rebuilt for every message.
+ * Hot publishers (the edge, actors) reuse one header record per connection or kind, so the
+ * converted headers are cached per record rather than rebuilt and re-encoded for every message.
  */
 const converted = new WeakMap<Headers, MsgHdrs>()
 const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
   if (h === undefined) return undefined
   const cached = converted.get(h)
   if (cached !== undefined) return cached
-  let out: MsgHdrs | undefined
+  let out: FrozenHeaders | undefined
   for (const k in h) {
-    out ??= natsHeaders()
+    out ??= new FrozenHeaders()
     out.set(k, h[k]!)
   }
   if (out !== undefined) converted.set(h, out)

@@ -54,6 +54,9 @@ export interface EdgeOptions {
 interface Socket {
   readonly id: Subjects.ConnId
   readonly ws: WebSocket
+  /** The TCP socket under `ws`, corked while a burst of deliveries is written. */
+  readonly raw: Duplex
+  corked: boolean
   readonly path: string
   readonly route: Route
   readonly subject: string
@@ -132,6 +135,17 @@ const make = (options: EdgeOptions) =>
 
     // --- outbound: what services send to this edge's sockets -------------------------------
 
+    // Deliveries arrive in bursts (one read from the bus holds many). Corking each socket until
+    // the burst is handled turns many small writes into one.
+    const corked: Array<Socket> = []
+    const uncorkAll = () => {
+      for (const s of corked) {
+        s.corked = false
+        s.raw.uncork()
+      }
+      corked.length = 0
+    }
+
     const send = (s: Socket, data: Uint8Array) => {
       if (s.state === "closed" || s.ws.readyState !== WebSocket.OPEN) return
       if (s.ws.bufferedAmount + data.byteLength > config.hwm) {
@@ -140,6 +154,11 @@ const make = (options: EdgeOptions) =>
       }
       metrics.framesOut++
       metrics.bytesOut += data.byteLength
+      if (!s.corked) {
+        s.corked = true
+        s.raw.cork()
+        if (corked.push(s) === 1) queueMicrotask(uncorkAll)
+      }
       s.ws.send(data, { binary: false })
     }
 
@@ -302,6 +321,8 @@ const make = (options: EdgeOptions) =>
         const s: Socket = {
           id,
           ws,
+          raw: socket,
+          corked: false,
           path: url.pathname,
           route,
           subject: Subjects.conn(route.service, id),

@@ -75,6 +75,8 @@ export const make = Effect.gen(function*() {
     userRate: yield* RouterConfig.userRate,
     replicaHeartbeat: yield* RouterConfig.replicaHeartbeat
   }
+  const timeoutMillis = Duration.toMillis(config.requestTimeout)
+  const timedOut = `Request timed out after ${Duration.format(config.requestTimeout)}`
   const extensions = Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord)
   const extensionIds = yield* kv.bucket(Subjects.Bucket.extensionIds)
   const proxies = Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord)
@@ -204,7 +206,7 @@ export const make = Effect.gen(function*() {
         const colon = id.indexOf(":")
         const connectionId = colon < 0 ? id : id.slice(0, colon)
         const client = attached.get(connectionId)
-        if (client !== undefined) return conn.peer(client.conn, Proxy.PeerKind.reply, frame.data)
+        if (client !== undefined) return conn.peer(client.conn, Proxy.PeerKind.reply, frame.data, undefined, message)
         // Attached through another replica's view, or a late answer after a disconnect.
         return proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
           Effect.map(Option.map((p) => conn.peer(Subjects.ConnId(p.value.clientConn), Proxy.PeerKind.reply, frame.data))),
@@ -403,10 +405,8 @@ export const make = Effect.gen(function*() {
         if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
         if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
         const timer = setTimeout(() => {
-          if (pending.delete(mapped)) {
-            send(failure(request.id, ErrorCode.ServerError, `Request timed out after ${Duration.format(config.requestTimeout)}`))
-          }
-        }, Duration.toMillis(config.requestTimeout))
+          if (pending.delete(mapped)) send(failure(request.id, ErrorCode.ServerError, timedOut))
+        }, timeoutMillis)
         pending.set(mapped, { id: request.id, method: request.method, timer, span })
         // The spec's optional routing field never reaches the extension.
         const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
@@ -460,8 +460,10 @@ export const make = Effect.gen(function*() {
       }
 
       /** The extension's answer, as the extension's actor passed it on. */
-      const onReply = (data: Uint8Array): Effect.Effect<void> | void => {
-        const parsed = parse(decoder.decode(data))
+      const onReply = (message: Bus.BusMessage): Effect.Effect<void> | void => {
+        // The extension's actor parsed it already when it lives here too.
+        const local = Actors.localValue(message)
+        const parsed = local === undefined ? parse(decoder.decode(message.data)) : Either.right(local)
         if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return
         const response = parsed.right
         const mapped = response["id"] as string
@@ -493,7 +495,7 @@ export const make = Effect.gen(function*() {
 
       const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
         const kind = message.header(Subjects.Header.kind)
-        if (kind === Proxy.PeerKind.reply) return onReply(message.data)
+        if (kind === Proxy.PeerKind.reply) return onReply(message)
         return Effect.suspend((): Effect.Effect<void> => {
           const body = decoder.decode(message.data)
           if (kind === Proxy.PeerKind.gone) {
