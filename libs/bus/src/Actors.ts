@@ -90,6 +90,8 @@ export interface HostOptions<R> {
   readonly edgeCheckInterval?: Duration.DurationInput
   /** How often a replica renews its liveness key; survivors adopt its connections once it lapses (3 intervals). */
   readonly replicaHeartbeat?: Duration.DurationInput
+  /** This replica's id, when the service needs it too (its liveness key is `Key.replica(service, id)`). */
+  readonly replica?: string
 }
 
 /** An actor record in the `connections` bucket. */
@@ -253,7 +255,7 @@ export const host = <R>(options: HostOptions<R>) =>
     if (Duration.greaterThan(Duration.times(heartbeat, 2), Subjects.Bucket.replicas.ttl)) {
       return yield* Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
     }
-    const replica = randomUUID()
+    const replica = options.replica ?? randomUUID()
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */

@@ -14,6 +14,9 @@ export const EdgeId = Brand.nominal<EdgeId>()
 /** The services that host connection actors behind the edge. `echo` exists for benchmarks. */
 export type ServiceName = "router" | "broker" | "registry" | "echo"
 
+/** Names from users (user ids, topics) may hold any character; subjects and keys get them encoded. */
+const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
+
 /** Header names of the envelope between edge and services (DESIGN.md, "Envelope"). */
 export const Header = {
   conn: "sb-conn",
@@ -41,6 +44,8 @@ export const open = (service: ServiceName): string => `${service}.open`
 export const conn = (service: ServiceName, connId: ConnId): string => `${service}.conn.${connId}`
 /** Everything for the sockets of one edge process: deliveries and close instructions. */
 export const edgeOut = (edgeId: EdgeId): string => `edge.${edgeId}.out`
+/** One MCPx topic's sequencer: every accepted envelope, join and leave of the topic, in order. */
+export const topic = (name: string): string => `broker.topic.${tokenOf(name)}`
 /** Token verification (request/reply, queue group `auth`). */
 export const authVerify = "auth.verify"
 
@@ -65,10 +70,12 @@ export const Bucket = {
   extensions: { name: "router_extensions" },
   extensionIds: { name: "router_extension_ids" },
   proxyConnections: { name: "router_proxy_connections" },
-  sessions: { name: "router_sessions" }
+  sessions: { name: "router_sessions" },
+  /** MCPx: topic → the replica sequencing it; topic.participant → membership. */
+  topics: { name: "broker_topics" },
+  members: { name: "broker_members" }
 } as const satisfies Record<string, BucketSpec>
 
-const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
 
 /** KV keys use `.` as a token separator, so a prefix is a subject-style filter (`a.b.>`). */
 export const Key = {
@@ -82,5 +89,8 @@ export const Key = {
   /** The stable extension id of one browser (`client_id`) of one user. */
   extensionId: (user: string, clientId: string): string => `${tokenOf(user)}.${tokenOf(clientId)}`,
   proxyConnection: (connectionId: string): string => connectionId,
-  session: (connId: ConnId): string => connId
+  session: (connId: ConnId): string => connId,
+  topic: (name: string): string => tokenOf(name),
+  members: (topic: string): string => `${tokenOf(topic)}.>`,
+  member: (topic: string, participant: string): string => `${tokenOf(topic)}.${tokenOf(participant)}`
 } as const

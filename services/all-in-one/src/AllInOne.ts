@@ -5,6 +5,7 @@
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { BusConfig } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
+import { Broker } from "@switchboard/broker"
 import { Router } from "@switchboard/router"
 import { Logging, Telemetry } from "@switchboard/telemetry"
 import * as Console from "effect/Console"
@@ -29,7 +30,7 @@ const devToken = (tokens: Tokens.TokensShape) =>
   })
 
 /** The services, wired to whatever Bus, Kv and Tracing are provided. */
-export const services = Layer.mergeAll(Edge.layer(), Router.layer).pipe(
+export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer).pipe(
   Layer.provideMerge(AuthService.layer),
   Layer.provideMerge(AuthClient.layer),
   Layer.provide(Tokens.layerWithDevFallback(devToken))

@@ -1,0 +1,50 @@
+/**
+ * MCPx v0.1 (`shared/specs/mcpx-v0.1.md`): the envelope every topic message travels in, the
+ * gateway's system messages, and the broker's internal records. v0 envelopes (`mcp-x/v0`) are
+ * accepted as they are.
+ */
+import * as Schema from "effect/Schema"
+import { Privilege } from "./Auth.ts"
+
+export const PROTOCOL = "mcpx/v0.1"
+export const GATEWAY = "system:gateway"
+
+export const Kind = Schema.Literal("mcp", "mcp/proposal", "chat", "presence", "system")
+export type Kind = typeof Kind.Type
+
+export const Envelope = Schema.Struct({
+  protocol: Schema.Literal("mcpx/v0.1", "mcp-x/v0"),
+  id: Schema.NonEmptyString,
+  ts: Schema.optional(Schema.String),
+  from: Schema.String,
+  to: Schema.optional(Schema.Array(Schema.String)),
+  kind: Kind,
+  correlation_id: Schema.optional(Schema.String),
+  payload: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+export type Envelope = typeof Envelope.Type
+
+export const Participant = Schema.Struct({ id: Schema.String, privilege: Privilege })
+export type Participant = typeof Participant.Type
+
+/** What the broker's error envelopes say went wrong (`payload.code`). */
+export type ErrorCode = "invalid_envelope" | "spoofed_from" | "duplicate_id" | "forbidden_kind" | "rate_limited" | "too_large"
+
+/** A participant's membership of a topic (`broker_members`, keyed by topic and participant). */
+export const Member = Schema.Struct({
+  topic: Schema.String,
+  participant: Schema.String,
+  privilege: Privilege,
+  conn: Schema.String,
+  edge: Schema.String,
+  joinedAt: Schema.Number
+})
+export type Member = typeof Member.Type
+
+/** Participant actor → topic sequencer: a join or a leave, ordered with the topic's envelopes. */
+export const Join = Member
+export const Leave = Schema.Struct({ participant: Schema.String, conn: Schema.String })
+export type Leave = typeof Leave.Type
+
+/** The `kind` header of messages to a topic sequencer. */
+export const TopicKind = { envelope: "envelope", join: "join", leave: "leave" } as const

@@ -1,0 +1,233 @@
+/**
+ * The MCPx v0.1 topic broker. Each socket is a participant actor: it checks every envelope
+ * (shape, `from`, duplicate ids, privilege, size and rate) and hands the accepted ones to its
+ * topic's sequencer. One sequencer per topic, claimed in KV, receives the topic's envelopes, joins
+ * and leaves on one subject; the order it receives them in is the topic's total order, and it
+ * fans each one out with one publish per edge that has members.
+ */
+import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Edge, Mcpx } from "@switchboard/protocol"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import { randomUUID } from "node:crypto"
+import * as BrokerConfig from "./Config.ts"
+
+const CloseCode = Edge.CloseCode
+const decoder = new TextDecoder()
+const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
+const joinCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Join)), decode: Schema.decodeUnknownEither(Schema.parseJson(Mcpx.Join)) }
+const leaveCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Leave)), decode: Schema.decodeUnknownEither(Schema.parseJson(Mcpx.Leave)) }
+
+const now = () => new Date().toISOString()
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** A message from the gateway itself. */
+const gateway = (kind: Mcpx.Kind, payload: Record<string, unknown>, extra: { to?: ReadonlyArray<string>; correlation_id?: string } = {}) =>
+  JSON.stringify({ protocol: Mcpx.PROTOCOL, id: randomUUID(), ts: now(), from: Mcpx.GATEWAY, ...extra, kind, payload })
+
+/** How many envelope ids per participant are remembered to refuse duplicates. */
+const REMEMBERED_IDS = 10_000
+
+/** The sequencer of one topic: its members by participant id, in join order. */
+interface Topic {
+  readonly name: string
+  readonly members: Map<string, Mcpx.Member>
+}
+
+export const make = Effect.gen(function*() {
+  const bus = yield* Bus.Bus
+  const kv = yield* Kv.Kv
+  const link = yield* Actors.edgeLink
+  const config = {
+    mode: yield* BrokerConfig.mode,
+    topicModes: yield* BrokerConfig.topicModes,
+    rate: yield* BrokerConfig.rate,
+    burst: yield* BrokerConfig.burst,
+    maxEnvelope: yield* BrokerConfig.maxEnvelope,
+    maxParticipants: yield* BrokerConfig.maxParticipants
+  }
+  const claims = yield* kv.bucket(Subjects.Bucket.topics)
+  const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+  const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
+  const replica = randomUUID()
+  const scope = yield* Effect.scope
+  /** Topics this replica sequences. */
+  const sequenced = new Map<string, Topic>()
+
+  const toTopic = (topic: string, kind: string, data: string) =>
+    bus.unsafePublish(Subjects.topic(topic), data, Actors.peerHeaders(kind))
+
+  // --- the sequencer of a topic ------------------------------------------------------------
+
+  /** Sends one frame to every member, one publish per edge. */
+  const fanOut = (topic: Topic, data: string, except?: string) => {
+    const byEdge = new Map<string, Array<Subjects.ConnId>>()
+    for (const m of topic.members.values()) {
+      if (m.participant === except) continue
+      const conns = byEdge.get(m.edge)
+      if (conns) conns.push(Subjects.ConnId(m.conn))
+      else byEdge.set(m.edge, [Subjects.ConnId(m.conn)])
+    }
+    for (const [edge, conns] of byEdge) link.sendMany(Subjects.EdgeId(edge), conns, data)
+  }
+
+  const participantsOf = (topic: Topic): ReadonlyArray<Mcpx.Participant> =>
+    [...topic.members.values()].map((m) => ({ id: m.participant, privilege: m.privilege }))
+
+  const onTopicMessage = (topic: Topic) => (message: Bus.BusMessage) => {
+    const kind = message.header(Subjects.Header.kind)
+    const body = decoder.decode(message.data)
+    if (kind === Mcpx.TopicKind.envelope) return fanOut(topic, body)
+    if (kind === Mcpx.TopicKind.join) {
+      const join = joinCodec.decode(body)
+      if (Either.isLeft(join)) return
+      const m = join.right
+      const previous = topic.members.get(m.participant)
+      if (previous?.conn === m.conn) return // an adopted actor announcing itself again
+      if (previous === undefined && topic.members.size >= config.maxParticipants) {
+        return link.close(Subjects.EdgeId(m.edge), Subjects.ConnId(m.conn), CloseCode.PolicyViolation, "topic is full")
+      }
+      topic.members.set(m.participant, m)
+      const participant = { id: m.participant, privilege: m.privilege }
+      link.to(Subjects.EdgeId(m.edge), Subjects.ConnId(m.conn)).send(
+        gateway("system", { event: "welcome", participant, participants: participantsOf(topic), protocol: Mcpx.PROTOCOL }, { to: [m.participant] })
+      )
+      // A participant replacing its own older socket is one presence, not a leave and a join.
+      if (previous === undefined) fanOut(topic, gateway("presence", { event: "join", participant }), m.participant)
+      return
+    }
+    if (kind === Mcpx.TopicKind.leave) {
+      const leave = leaveCodec.decode(body)
+      if (Either.isLeft(leave)) return
+      const m = topic.members.get(leave.right.participant)
+      if (m === undefined || m.conn !== leave.right.conn) return // a replaced socket leaving
+      topic.members.delete(m.participant)
+      fanOut(topic, gateway("presence", { event: "leave", participant: { id: m.participant, privilege: m.privilege } }))
+    }
+  }
+
+  /**
+   * Makes sure someone sequences `topic`: claims it in KV when nobody has, and then subscribes
+   * before anything is published to it.
+   */
+  const ensureSequencer = (topic: string) =>
+    Effect.gen(function*() {
+      if (sequenced.has(topic)) return
+      const key = Subjects.Key.topic(topic)
+      const claimed = yield* Effect.either(claims.create(key, replica))
+      if (Either.isLeft(claimed)) {
+        const owner = yield* claims.get(key)
+        if (Option.isSome(owner) && decoder.decode(owner.value.value) !== replica) {
+          // Someone else sequences it, unless that replica is gone: then this one takes over.
+          const alive = yield* replicas.get(Subjects.Key.replica("broker", decoder.decode(owner.value.value)))
+          if (Option.isSome(alive)) return
+          const takeover = yield* Effect.either(claims.update(key, replica, owner.value.revision))
+          if (Either.isLeft(takeover)) return
+        }
+      }
+      if (sequenced.has(topic)) return
+      const state: Topic = { name: topic, members: new Map() }
+      sequenced.set(topic, state)
+      // Members that joined under a previous sequencer.
+      for (const { value } of yield* members.values(Subjects.Key.members(topic))) state.members.set(value.participant, value)
+      yield* bus.subscribe(Subjects.topic(topic), onTopicMessage(state)).pipe(Scope.extend(scope))
+    })
+
+  // --- a participant's actor ---------------------------------------------------------------
+
+  const participantActor = (conn: Actors.Connection) =>
+    Effect.gen(function*() {
+      const topic = conn.open.query["topic"]
+      if (topic === undefined || topic === "") return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "topic is required (?topic=)"))
+      const token = conn.open.claims
+      if (token === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "authentication required"))
+      if (token.topics !== undefined && !token.topics.includes(topic)) {
+        return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, `token is not valid for topic ${topic}`))
+      }
+      const id = token.sub
+      const mode = config.topicModes.get(topic) ?? config.mode
+      const privilege = mode === "open" ? "full" : token.privilege ?? "restricted"
+      const budget = new RateBudget(config.rate, config.burst)
+      const seen = new Set<string>()
+
+      yield* ensureSequencer(topic).pipe(Effect.orDie)
+      const member: Mcpx.Member = { topic, participant: id, privilege, conn: conn.id, edge: conn.edge, joinedAt: Date.now() }
+      // Last one wins: an older socket of the same participant is closed.
+      const previous = yield* members.get(Subjects.Key.member(topic, id)).pipe(Effect.orElseSucceed(() => Option.none()))
+      if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
+        link.close(Subjects.EdgeId(previous.value.value.edge), Subjects.ConnId(previous.value.value.conn), CloseCode.Normal, "replaced")
+      }
+      yield* members.put(Subjects.Key.member(topic, id), member).pipe(Effect.orDie)
+      toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))
+
+      const refuse = (code: Mcpx.ErrorCode, reason: string, correlation?: string) =>
+        conn.send(gateway("system", { event: "error", code, reason }, { to: [id], ...(correlation === undefined ? {} : { correlation_id: correlation }) }))
+
+      const onFrame = (frame: Actors.Frame): void => {
+        let raw: unknown
+        try {
+          raw = JSON.parse(frame.text)
+        } catch (e) {
+          return refuse("invalid_envelope", `invalid JSON: ${e instanceof Error ? e.message : String(e)}`)
+        }
+        const correlation = isRecord(raw) && typeof raw["id"] === "string" ? raw["id"] : undefined
+        if (frame.data.byteLength > config.maxEnvelope) {
+          return refuse("too_large", `envelopes are limited to ${config.maxEnvelope} bytes`, correlation)
+        }
+        if (frame.limited || budget.take() !== "ok") {
+          return refuse("rate_limited", `rate limit exceeded (${config.rate}/s, burst ${config.burst})`, correlation)
+        }
+        const decoded = decodeEnvelope(raw)
+        if (Either.isLeft(decoded)) {
+          return refuse("invalid_envelope", ParseResult.TreeFormatter.formatErrorSync(decoded.left), correlation)
+        }
+        const envelope = decoded.right
+        if (envelope.from !== id) return refuse("spoofed_from", `from must be your participant id (${id})`, envelope.id)
+        if (envelope.kind === "system") return refuse("forbidden_kind", "only the gateway sends system messages", envelope.id)
+        if (seen.has(envelope.id)) return refuse("duplicate_id", `envelope id ${envelope.id} was already used`, envelope.id)
+        seen.add(envelope.id)
+        if (seen.size > REMEMBERED_IDS) seen.delete(seen.values().next().value as string)
+        if (envelope.kind === "mcp" && privilege === "restricted") {
+          // §4.4.2: the violator alone hears of it, as an MCP error to its own request.
+          return conn.send(
+            gateway(
+              "mcp",
+              {
+                jsonrpc: "2.0",
+                id: envelope.payload["id"] ?? null,
+                error: {
+                  code: -32001,
+                  message: "Privilege violation",
+                  data: {
+                    reason: "Restricted participants cannot send MCP messages directly",
+                    suggestion: "Use kind: 'mcp/proposal' instead"
+                  }
+                }
+              },
+              { to: [id], correlation_id: envelope.id }
+            )
+          )
+        }
+        // Stamp ts when missing; otherwise the envelope travels exactly as it was sent.
+        toTopic(topic, Mcpx.TopicKind.envelope, envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text)
+      }
+
+      const onClosed = () =>
+        Effect.gen(function*() {
+          toTopic(topic, Mcpx.TopicKind.leave, leaveCodec.encode({ participant: id, conn: conn.id }))
+          const current = yield* members.get(Subjects.Key.member(topic, id))
+          if (Option.isSome(current) && current.value.value.conn === conn.id) yield* members.delete(Subjects.Key.member(topic, id))
+        }).pipe(Effect.ignore)
+
+      return { onFrame, onClosed } satisfies Actors.Actor
+    })
+
+  yield* Actors.host({ service: "broker", replica, make: participantActor })
+})
+
+export const layer = Layer.scopedDiscard(make)

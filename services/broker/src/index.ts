@@ -1,0 +1,1 @@
+export * as Broker from "./Broker.ts"
