@@ -7,7 +7,11 @@
  */
 import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { Edge, Mcpx } from "@switchboard/protocol"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -111,31 +115,59 @@ export const make = Effect.gen(function*() {
     }
   }
 
+  /** Topics whose sequencer this replica is setting up; later joins wait for it. */
+  const settingUp = new Map<string, Deferred.Deferred<void>>()
+
   /**
-   * Makes sure someone sequences `topic`: claims it in KV when nobody has, and then subscribes
-   * before anything is published to it.
+   * Makes sure someone sequences `topic` before a join is published to it. The sequencer
+   * subscribes before it claims the topic, so once a claim is visible in KV its owner is already
+   * listening; what arrives before the claim is decided waits, and is dropped if another replica won.
    */
-  const ensureSequencer = (topic: string) =>
+  const ensureSequencer = (topic: string): Effect.Effect<void, Bus.BusError | Kv.KvConflict> => {
+    if (sequenced.has(topic)) return Effect.void
+    const inProgress = settingUp.get(topic)
+    if (inProgress !== undefined) return Deferred.await(inProgress)
+    const ready = Deferred.unsafeMake<void>(FiberId.none)
+    settingUp.set(topic, ready)
+    return setUp(topic).pipe(
+      Effect.ensuring(
+        Effect.sync(() => {
+          settingUp.delete(topic)
+          Deferred.unsafeDone(ready, Exit.void)
+        })
+      )
+    )
+  }
+
+  const setUp = (topic: string) =>
     Effect.gen(function*() {
-      if (sequenced.has(topic)) return
-      const key = Subjects.Key.topic(topic)
-      const claimed = yield* Effect.either(claims.create(key, replica))
-      if (Either.isLeft(claimed)) {
-        const owner = yield* claims.get(key)
-        if (Option.isSome(owner) && decoder.decode(owner.value.value) !== replica) {
-          // Someone else sequences it, unless that replica is gone: then this one takes over.
-          const alive = yield* replicas.get(Subjects.Key.replica("broker", decoder.decode(owner.value.value)))
-          if (Option.isSome(alive)) return
-          const takeover = yield* Effect.either(claims.update(key, replica, owner.value.revision))
-          if (Either.isLeft(takeover)) return
-        }
-      }
-      if (sequenced.has(topic)) return
       const state: Topic = { name: topic, members: new Map() }
+      const handle = onTopicMessage(state)
+      let owner = false
+      const early: Array<Bus.BusMessage> = []
+      const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      yield* bus.subscribe(Subjects.topic(topic), (m) => (owner ? handle(m) : void early.push(m))).pipe(Scope.extend(subscription))
+
+      const key = Subjects.Key.topic(topic)
+      const created = yield* Effect.either(claims.create(key, replica))
+      if (Either.isLeft(created)) {
+        const current = yield* claims.get(key)
+        const holder = Option.map(current, (c) => decoder.decode(c.value))
+        const alive = Option.isSome(holder)
+          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value)))
+          : false
+        // Someone else sequences it, unless that replica is gone: then this one takes over, with
+        // the members its predecessor had welcomed.
+        const mine = Option.isSome(holder) && holder.value === replica
+        const takeover = !mine && !alive && Option.isSome(current)
+          ? Either.isRight(yield* Effect.either(claims.update(key, replica, current.value.revision)))
+          : false
+        if (!mine && !takeover) return yield* Scope.close(subscription, Exit.void)
+        for (const { value } of yield* members.values(Subjects.Key.members(topic))) state.members.set(value.participant, value)
+      }
+      owner = true
       sequenced.set(topic, state)
-      // Members that joined under a previous sequencer.
-      for (const { value } of yield* members.values(Subjects.Key.members(topic))) state.members.set(value.participant, value)
-      yield* bus.subscribe(Subjects.topic(topic), onTopicMessage(state)).pipe(Scope.extend(scope))
+      for (const m of early) handle(m)
     })
 
   // --- a participant's actor ---------------------------------------------------------------
