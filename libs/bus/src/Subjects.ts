@@ -46,6 +46,8 @@ export const conn = (service: ServiceName, connId: ConnId): string => `${service
 export const edgeOut = (edgeId: EdgeId): string => `edge.${edgeId}.out`
 /** One MCPx topic's sequencer: every accepted envelope, join and leave of the topic, in order. */
 export const topic = (name: string): string => `broker.topic.${tokenOf(name)}`
+/** Plain HTTP requests the edge routes to a service (request/reply, the service's queue group). */
+export const http = (service: ServiceName): string => `${service}.http`
 /** Token verification (request/reply, queue group `auth`). */
 export const authVerify = "auth.verify"
 

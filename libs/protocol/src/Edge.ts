@@ -43,3 +43,19 @@ export const CloseCode = {
   InternalError: 1011,
   TryAgainLater: 1013
 } as const
+
+/** A plain HTTP request the edge hands to a service (on `http.<service>`), e.g. an admin API call. */
+export const HttpRequest = Schema.Struct({
+  method: Schema.String,
+  path: Schema.String,
+  query: Schema.Record({ key: Schema.String, value: Schema.String }),
+  authorization: Schema.optional(Schema.String),
+  body: Schema.String
+})
+export type HttpRequest = typeof HttpRequest.Type
+
+export const HttpResponse = Schema.Struct({
+  status: Schema.Int,
+  body: Schema.Unknown
+})
+export type HttpResponse = typeof HttpResponse.Type

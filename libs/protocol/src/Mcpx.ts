@@ -37,7 +37,9 @@ export const Member = Schema.Struct({
   privilege: Privilege,
   conn: Schema.String,
   edge: Schema.String,
-  joinedAt: Schema.Number
+  joinedAt: Schema.Number,
+  /** The privilege was set by an admin (promote/demote) rather than by the token. */
+  assigned: Schema.optional(Schema.Boolean)
 })
 export type Member = typeof Member.Type
 

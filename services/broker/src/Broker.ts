@@ -6,7 +6,7 @@
  * fans each one out with one publish per edge that has members.
  */
 import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { Edge, Mcpx } from "@switchboard/protocol"
+import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
@@ -19,6 +19,7 @@ import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
+import * as AdminApi from "./AdminApi.ts"
 import * as BrokerConfig from "./Config.ts"
 
 const CloseCode = Edge.CloseCode
@@ -92,7 +93,8 @@ export const make = Effect.gen(function*() {
       if (Either.isLeft(join)) return
       const m = join.right
       const previous = topic.members.get(m.participant)
-      if (previous?.conn === m.conn) return // an adopted actor announcing itself again
+      // The same socket again: an adopted actor, or a changed privilege. No welcome, no presence.
+      if (previous?.conn === m.conn) return void topic.members.set(m.participant, m)
       if (previous === undefined && topic.members.size >= config.maxParticipants) {
         return link.close(Subjects.EdgeId(m.edge), Subjects.ConnId(m.conn), CloseCode.PolicyViolation, "topic is full")
       }
@@ -183,16 +185,29 @@ export const make = Effect.gen(function*() {
       }
       const id = token.sub
       const mode = config.topicModes.get(topic) ?? config.mode
-      const privilege = mode === "open" ? "full" : token.privilege ?? "restricted"
+      const saved = yield* members.get(Subjects.Key.member(topic, id)).pipe(Effect.orElseSucceed(() => Option.none()))
+      // A promotion or demotion outlives the socket: a participant reconnecting keeps it.
+      let privilege: Auth.Privilege = mode === "open"
+        ? "full"
+        : Option.isSome(saved) && saved.value.value.assigned === true
+        ? saved.value.value.privilege
+        : token.privilege ?? "restricted"
       const budget = new RateBudget(config.rate, config.burst)
       const seen = new Set<string>()
 
       yield* ensureSequencer(topic).pipe(Effect.orDie)
-      const member: Mcpx.Member = { topic, participant: id, privilege, conn: conn.id, edge: conn.edge, joinedAt: Date.now() }
+      let member: Mcpx.Member = {
+        topic,
+        participant: id,
+        privilege,
+        conn: conn.id,
+        edge: conn.edge,
+        joinedAt: Date.now(),
+        ...(Option.isSome(saved) && saved.value.value.assigned === true ? { assigned: true } : {})
+      }
       // Last one wins: an older socket of the same participant is closed.
-      const previous = yield* members.get(Subjects.Key.member(topic, id)).pipe(Effect.orElseSucceed(() => Option.none()))
-      if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
-        link.close(Subjects.EdgeId(previous.value.value.edge), Subjects.ConnId(previous.value.value.conn), CloseCode.Normal, "replaced")
+      if (Option.isSome(saved) && saved.value.value.conn !== conn.id) {
+        link.close(Subjects.EdgeId(saved.value.value.edge), Subjects.ConnId(saved.value.value.conn), CloseCode.Normal, "replaced")
       }
       yield* members.put(Subjects.Key.member(topic, id), member).pipe(Effect.orDie)
       toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))
@@ -256,10 +271,20 @@ export const make = Effect.gen(function*() {
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* members.delete(Subjects.Key.member(topic, id))
         }).pipe(Effect.ignore)
 
-      return { onFrame, onClosed } satisfies Actors.Actor
+      /** An admin changed this participant's privilege (the KV record is already updated). */
+      const onPeer = (message: Bus.BusMessage) => {
+        if (message.header(Subjects.Header.kind) !== AdminApi.PRIVILEGE) return
+        const next = decoder.decode(message.data) === "full" ? "full" : "restricted"
+        privilege = next
+        member = { ...member, privilege: next, assigned: true }
+        toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))
+        conn.send(gateway("system", { event: "privilege", participant: { id, privilege: next } }, { to: [id] }))
+      }
+
+      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
     })
 
   yield* Actors.host({ service: "broker", replica, make: participantActor })
 })
 
-export const layer = Layer.scopedDiscard(make)
+export const layer = Layer.merge(Layer.scopedDiscard(make), AdminApi.layer)

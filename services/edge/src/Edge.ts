@@ -25,7 +25,7 @@ import type { Duplex } from "node:stream"
 import { WebSocket, WebSocketServer } from "ws"
 import * as EdgeConfig from "./Config.ts"
 import { EdgeMetrics } from "./Metrics.ts"
-import { type Route, type RouteTable, standard } from "./Routes.ts"
+import { type HttpRouteTable, type Route, type RouteTable, standard, standardHttp } from "./Routes.ts"
 
 const CloseCode = EdgeProtocol.CloseCode
 
@@ -40,16 +40,13 @@ export interface EdgeServerShape {
 
 export class EdgeServer extends Context.Tag("@switchboard/edge/EdgeServer")<EdgeServer, EdgeServerShape>() {}
 
-/** A handler for plain HTTP requests that other layers mount on the edge's port (admin APIs). */
-export type HttpHandler = (req: Http.IncomingMessage, res: Http.ServerResponse) => boolean
-
-export class HttpHandlers extends Context.Reference<HttpHandlers>()("@switchboard/edge/HttpHandlers", {
-  defaultValue: (): ReadonlyArray<HttpHandler> => []
-}) {}
-
 export interface EdgeOptions {
   readonly routes?: RouteTable
+  readonly httpRoutes?: HttpRouteTable
 }
+
+/** Largest HTTP request body the edge forwards to a service. */
+const MAX_HTTP_BODY = 64 * 1024
 
 interface Socket {
   readonly id: Subjects.ConnId
@@ -75,6 +72,8 @@ const MAX_PENDING_FRAMES = 1024
 const encodeOpen = Schema.encodeSync(Schema.parseJson(EdgeProtocol.OpenEvent))
 const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.OpenReply))
 const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
+const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
+const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
 const decoder = new TextDecoder()
 
 const STATUS_TEXT: Record<number, string> = { 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable" }
@@ -104,8 +103,8 @@ const make = (options: EdgeOptions) =>
     const kv = yield* Kv.Kv
     const auth = yield* AuthClient.AuthClient
     const { tracer } = yield* Telemetry.Tracing
-    const handlers = yield* HttpHandlers
     const routes = options.routes ?? standard
+    const httpRoutes = Object.entries(options.httpRoutes ?? standardHttp)
     const config = {
       port: yield* EdgeConfig.port,
       host: yield* EdgeConfig.host,
@@ -387,6 +386,49 @@ const make = (options: EdgeOptions) =>
       )
     }
 
+    /** Hands a plain HTTP request to the service that answers its path, over the bus. */
+    const forwardHttp = (
+      req: Http.IncomingMessage,
+      res: Http.ServerResponse,
+      service: Subjects.ServiceName,
+      reply: (status: number, body: string, type?: string) => void
+    ) => {
+      const chunks: Array<Buffer> = []
+      let size = 0
+      req.on("data", (chunk: Buffer) => {
+        size += chunk.byteLength
+        if (size > MAX_HTTP_BODY) {
+          reply(413, "request body too large\n")
+          req.destroy()
+        } else chunks.push(chunk)
+      })
+      req.on("end", () => {
+        if (res.headersSent) return
+        const url = new URL(req.url ?? "/", "http://edge")
+        const request: EdgeProtocol.HttpRequest = {
+          method: req.method ?? "GET",
+          path: url.pathname,
+          query: Object.fromEntries(url.searchParams),
+          body: Buffer.concat(chunks).toString("utf8"),
+          ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
+        }
+        runFork(
+          bus.request(Subjects.http(service), encodeHttpRequest(request), { timeout: "10 seconds" }).pipe(
+            Effect.flatMap((m) => decodeHttpResponse(decoder.decode(m.data))),
+            Effect.match({
+              onFailure: (e) =>
+                e._tag === "NoResponders"
+                  ? reply(503, `${service} service unavailable\n`)
+                  : e._tag === "RequestTimeout"
+                  ? reply(504, `${service} service did not answer\n`)
+                  : reply(502, "bad answer from the service\n"),
+              onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json")
+            })
+          )
+        )
+      })
+    }
+
     const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
       const path = new URL(req.url ?? "/", "http://edge").pathname
       const reply = (status: number, body: string, type = "text/plain; charset=utf-8") => {
@@ -398,7 +440,8 @@ const make = (options: EdgeOptions) =>
         return shuttingDown ? reply(503, "shutting down\n") : bus.isConnected() ? reply(200, "ready\n") : reply(503, "bus disconnected\n")
       }
       if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
-      for (const handle of handlers) if (handle(req, res)) return
+      const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
+      if (routed !== undefined) return forwardHttp(req, res, routed[1], reply)
       if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
       reply(404, "not found\n")
     }

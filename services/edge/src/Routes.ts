@@ -31,3 +31,11 @@ export const standard: RouteTable = {
   "/tabs": { service: "registry", auth: "upgrade", traceInbound: true },
   "/hub": { service: "registry", auth: "optional", subprotocol: "mcp", traceInbound: true }
 }
+
+/** Plain HTTP paths (by prefix) that a service answers over the bus. */
+export type HttpRouteTable = Readonly<Record<string, Subjects.ServiceName>>
+
+export const standardHttp: HttpRouteTable = {
+  "/admin/": "broker",
+  "/v0/topics": "broker"
+}

@@ -1,0 +1,108 @@
+/**
+ * The broker's HTTP API, which the edge forwards over the bus: promote and demote a participant
+ * (spec §10.3; an `admin` token), and list topics and their participants, scoped to what the
+ * caller's token may see. Every privilege change is logged as an audit event.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
+import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Runtime from "effect/Runtime"
+import * as Schema from "effect/Schema"
+
+const decodeRequest = Schema.decodeUnknownEither(Schema.parseJson(Edge.HttpRequest))
+const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
+const decoder = new TextDecoder()
+
+/** The peer message that tells a participant's actor its new privilege (see Broker.ts). */
+export const PRIVILEGE = "privilege"
+
+const respond = (status: number, body: unknown): Edge.HttpResponse => ({ status, body })
+const problem = (status: number, error: string) => respond(status, { error })
+
+const PRIVILEGE_PATH = /^\/admin\/participants\/([^/]+)\/(promote|demote)$/
+const PARTICIPANTS_PATH = /^\/v0\/topics\/([^/]+)\/participants$/
+
+export const make = Effect.gen(function*() {
+  const bus = yield* Bus.Bus
+  const auth = yield* AuthClient.AuthClient
+  const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
+
+  const caller = (request: Edge.HttpRequest) => {
+    const m = /^Bearer\s+(.+)$/i.exec(request.authorization ?? "")
+    if (m === null) return Effect.fail(problem(401, "a bearer token is required"))
+    return auth.verify(m[1]!).pipe(
+      Effect.mapError((e) => (e._tag === "AuthFailed" ? problem(401, `invalid token: ${e.reason}`) : problem(503, e.reason)))
+    )
+  }
+  const maySee = (claims: Auth.Claims, topic: string) => claims.admin === true || claims.topics === undefined || claims.topics.includes(topic)
+
+  const changePrivilege = (claims: Auth.Claims, participant: string, action: "promote" | "demote", topic: string | undefined) =>
+    Effect.gen(function*() {
+      if (claims.admin !== true) return problem(403, "an admin token is required")
+      const next: Auth.Privilege = action === "promote" ? "full" : "restricted"
+      const found = (yield* members.values()).filter(
+        ({ value }) => value.participant === participant && (topic === undefined || value.topic === topic)
+      )
+      if (found.length === 0) return problem(404, `participant ${participant} is not in ${topic === undefined ? "any topic" : `topic ${topic}`}`)
+      const old = found[0]!.value.privilege
+      for (const { key, value } of found) {
+        yield* members.put(key, { ...value, privilege: next, assigned: true })
+        // The actor (on whichever replica) applies it and tells the participant.
+        bus.unsafePublish(Subjects.conn("broker", Subjects.ConnId(value.conn)), next, Actors.peerHeaders(PRIVILEGE))
+      }
+      const at = new Date().toISOString()
+      const topics = found.map(({ value }) => value.topic)
+      yield* Effect.logInfo(`audit: ${claims.sub} ${action}d ${participant} to ${next}`).pipe(
+        Effect.annotateLogs({ audit: action, participant, by: claims.sub, topics: topics.join(","), oldPrivilege: old, newPrivilege: next })
+      )
+      const verb = action === "promote" ? "promoted" : "demoted"
+      return respond(200, { participantId: participant, oldPrivilege: old, newPrivilege: next, [`${verb}By`]: claims.sub, [`${verb}At`]: at, topics })
+    })
+
+  const listTopics = (claims: Auth.Claims) =>
+    Effect.map(members.values(), (all) => {
+      const counts = new Map<string, number>()
+      for (const { value } of all) if (maySee(claims, value.topic)) counts.set(value.topic, (counts.get(value.topic) ?? 0) + 1)
+      return respond(200, { topics: [...counts].map(([name, participants]) => ({ name, participants })) })
+    })
+
+  const listParticipants = (claims: Auth.Claims, topic: string) =>
+    maySee(claims, topic)
+      ? Effect.map(members.values(Subjects.Key.members(topic)), (found) =>
+        respond(200, { topic, participants: found.map(({ value }) => ({ id: value.participant, privilege: value.privilege })) }))
+      : Effect.succeed(problem(403, `token is not valid for topic ${topic}`))
+
+  const route = (request: Edge.HttpRequest) =>
+    Effect.gen(function*() {
+      const claims = yield* caller(request)
+      const privilege = PRIVILEGE_PATH.exec(request.path)
+      if (privilege !== null) {
+        if (request.method !== "POST") return problem(405, "use POST")
+        return yield* changePrivilege(claims, decodeURIComponent(privilege[1]!), privilege[2] as "promote" | "demote", request.query["topic"])
+      }
+      if (request.method !== "GET") return problem(405, "use GET")
+      if (request.path === "/v0/topics") return yield* listTopics(claims)
+      const participants = PARTICIPANTS_PATH.exec(request.path)
+      if (participants !== null) return yield* listParticipants(claims, decodeURIComponent(participants[1]!))
+      return problem(404, `no such endpoint: ${request.path}`)
+    }).pipe(
+      Effect.catchTag("BusError", (e) => Effect.succeed(problem(503, e.message))),
+      Effect.merge
+    )
+
+  const runtime = yield* Effect.runtime<never>()
+  yield* bus.subscribe(
+    Subjects.http("broker"),
+    (message) => {
+      const request = decodeRequest(decoder.decode(message.data))
+      const answer = Either.isLeft(request) ? Effect.succeed(problem(400, "malformed request")) : route(request.right)
+      Runtime.runFork(runtime)(Effect.flatMap(answer, (r) => bus.respond(message, encodeResponse(r))).pipe(Effect.ignore))
+    },
+    { queue: Subjects.Queue.service("broker") }
+  )
+})
+
+export const layer = Layer.scopedDiscard(make)
