@@ -102,4 +102,26 @@ describe("MCPx admin API", () => {
       expect((yield* api(`${http}/v0/topics/beta/participants`, "GET", scoped)).status).toBe(403)
       expect((yield* api(`${http}/v0/topics`, "GET")).status).toBe(401)
     }))
+
+  it.scopedLive("keeps a topic's history: a late joiner reads what it missed, page by page", () =>
+    Effect.gen(function*() {
+      const { http, ws } = yield* start
+      const alice = yield* join(ws, "log", { id: "alice" })
+      const sent = Array.from({ length: 5 }, (_, i) => alice.send({ kind: "chat", payload: { text: `m${i}` } }))
+      yield* alice.collect(5, "chat")
+      yield* alice.leave
+      // Bob was not there; the history has everything, in the topic's order, ts stamped.
+      const bob = yield* token({ sub: "bob", topics: ["log"] })
+      const page = yield* api(`${http}/v0/topics/log/history?limit=3`, "GET", bob)
+      expect(page.status).toBe(200)
+      const texts = (body: Record<string, unknown>) =>
+        (body["envelopes"] as Array<{ readonly payload: { readonly text: string } }>).map((e) => e.payload.text)
+      expect(texts(page.body)).toEqual(["m2", "m3", "m4"])
+      expect((page.body["envelopes"] as Array<Record<string, unknown>>)[0]).toMatchObject({ id: sent[2]!.id, from: "alice", ts: expect.stringMatching(RFC3339) })
+      const earlier = yield* api(`${http}/v0/topics/log/history?limit=3&before=${page.body["before"]}`, "GET", bob)
+      expect(texts(earlier.body)).toEqual(["m0", "m1"])
+      expect((yield* api(`${http}/v0/topics/log/history?limit=0`, "GET", bob)).status).toBe(400)
+      const stranger = yield* token({ sub: "eve", topics: ["elsewhere"] })
+      expect((yield* api(`${http}/v0/topics/log/history`, "GET", stranger)).status).toBe(403)
+    }))
 })

@@ -7,6 +7,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { Bus, BusError } from "./Bus.ts"
+import type { Journal } from "./Journal.ts"
 import type { Kv } from "./Kv.ts"
 import * as MemoryBus from "./MemoryBus.ts"
 import * as NatsBus from "./NatsBus.ts"
@@ -21,7 +22,7 @@ export const namespace = Config.string("SWITCHBOARD_NAMESPACE").pipe(
   Config.withDefault("sb")
 )
 
-export const layer = (name: string): Layer.Layer<Bus | Kv, BusError> =>
+export const layer = (name: string): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const url = yield* natsUrl

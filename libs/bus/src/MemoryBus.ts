@@ -24,6 +24,7 @@ import {
   subjectMatches,
   toBytes
 } from "./Bus.ts"
+import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 
 interface Subscriber {
@@ -282,8 +283,37 @@ export const makeKv = (): KvShape => {
   }
 }
 
-/** The embedded bus and KV, drained when the layer's scope closes. */
-export const layer: Layer.Layer<Bus | Kv> = Layer.merge(
+export const makeJournal = (): JournalShape => {
+  const journals = new Map<string, JournalHandle>()
+  return {
+    open: (spec) =>
+      Effect.sync(() => {
+        const existing = journals.get(spec.name)
+        if (existing) return existing
+        const entries: Array<JournalEntry> = []
+        let seq = 0
+        const maxAge = Duration.toMillis(Duration.decode(spec.maxAge))
+        const handle: JournalHandle = {
+          append: (data) => {
+            entries.push({ seq: ++seq, data: toBytes(data), at: Date.now() })
+            if (entries.length > spec.maxMessages) entries.splice(0, entries.length - spec.maxMessages)
+          },
+          read: ({ before, limit }) =>
+            Effect.sync(() => {
+              const oldest = Date.now() - maxAge
+              const kept = entries.filter((e) => e.at >= oldest && (before === undefined || e.seq < before))
+              return kept.slice(Math.max(0, kept.length - limit))
+            })
+        }
+        journals.set(spec.name, handle)
+        return handle
+      })
+  }
+}
+
+/** The embedded bus, KV and journal, drained when the layer's scope closes. */
+export const layer: Layer.Layer<Bus | Kv | Journal> = Layer.mergeAll(
   Layer.scoped(Bus, Effect.acquireRelease(Effect.sync(makeBus), (bus) => bus.drain)),
-  Layer.sync(Kv, makeKv)
+  Layer.sync(Kv, makeKv),
+  Layer.sync(Journal, makeJournal)
 )

@@ -3,13 +3,21 @@
  * scoped resource whose finalizer drains it. Every subject and bucket is put under a namespace so
  * that several deployments (or tests) can share one NATS without seeing each other.
  */
-import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream"
+import {
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamManager,
+  jetstreamManager,
+  StorageType
+} from "@nats-io/jetstream"
 import { Kvm, KvWatchInclude, type KV, type KvEntry as NatsKvEntry } from "@nats-io/kv"
 import {
   connect,
   MsgHdrsImpl,
   type Msg,
   type MsgHdrs,
+  nanos,
   type NatsConnection,
   type PublishOptions,
   RequestError,
@@ -31,6 +39,7 @@ import {
   NoResponders,
   RequestTimeout
 } from "./Bus.ts"
+import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 
 export interface NatsOptions {
@@ -267,8 +276,57 @@ export const connection = (options: NatsOptions) =>
     (nc) => Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
   )
 
-/** Bus and Kv over one NATS connection, drained when the layer's scope closes. */
-export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv, BusError> =>
+/** Journals are JetStream streams with message-count and age limits, oldest dropped first. */
+export const makeJournal = (nc: NatsConnection, namespace: string): JournalShape => {
+  let manager: Promise<JetStreamManager> | undefined
+  const jsm = () => (manager ??= jetstreamManager(nc))
+  return {
+    open: (spec) =>
+      Effect.tryPromise({
+        try: async () => {
+          const name = `${namespace}_${spec.name}`
+          const subject = `${namespace}.journal.${spec.name}`
+          const m = await jsm()
+          const config = {
+            name,
+            subjects: [subject],
+            max_msgs: spec.maxMessages,
+            max_age: nanos(Duration.toMillis(Duration.decode(spec.maxAge))),
+            storage: StorageType.File,
+            discard: DiscardPolicy.Old
+          }
+          await m.streams.add(config).catch((e: unknown) => {
+            if (e instanceof Error && /already in use/i.test(e.message)) return m.streams.update(name, config)
+            throw e
+          })
+          const handle: JournalHandle = {
+            // A core publish to a stream's subject is stored without waiting for an ack.
+            append: (data) => nc.publish(subject, data),
+            read: ({ before, limit }) =>
+              Effect.tryPromise({
+                try: async () => {
+                  const { state } = await m.streams.info(name)
+                  const last = before === undefined ? state.last_seq : Math.min(before - 1, state.last_seq)
+                  const first = Math.max(state.first_seq, last - limit + 1)
+                  const out: Array<JournalEntry> = []
+                  for (let seq = first; seq <= last && seq > 0; seq++) {
+                    const msg = await m.streams.getMessage(name, { seq }).catch(() => null)
+                    if (msg !== null) out.push({ seq: msg.seq, data: msg.data, at: msg.time.getTime() })
+                  }
+                  return out
+                },
+                catch: busError("Kv", `read journal ${spec.name}`)
+              })
+          }
+          return handle
+        },
+        catch: busError("Kv", `open journal ${spec.name}`)
+      })
+  }
+}
+
+/** Bus, Kv and Journal over one NATS connection, drained when the layer's scope closes. */
+export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.scopedContext(
     Effect.gen(function*() {
       const nc = yield* connection(options)
@@ -282,6 +340,9 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv, BusError> =>
         Effect.forkDaemon
       )
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
-      return Context.make(Bus, makeBus(nc, namespace)).pipe(Context.add(Kv, makeKv(nc, namespace)))
+      return Context.make(Bus, makeBus(nc, namespace)).pipe(
+        Context.add(Kv, makeKv(nc, namespace)),
+        Context.add(Journal, makeJournal(nc, namespace))
+      )
     })
   )

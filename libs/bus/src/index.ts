@@ -1,6 +1,7 @@
 export * as Actors from "./Actors.ts"
 export * as Bus from "./Bus.ts"
 export * as BusConfig from "./Config.ts"
+export * as Journal from "./Journal.ts"
 export * as Kv from "./Kv.ts"
 export * as MemoryBus from "./MemoryBus.ts"
 export * as NatsBus from "./NatsBus.ts"

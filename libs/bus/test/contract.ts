@@ -14,9 +14,10 @@ import * as Stream from "effect/Stream"
 import * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import { Bus, type BusMessage, text } from "../src/Bus.ts"
+import { Journal } from "../src/Journal.ts"
 import { Kv } from "../src/Kv.ts"
 
-export type MakeLayer<R> = (namespace: string) => Layer.Layer<Bus | Kv, unknown, R>
+export type MakeLayer<R> = (namespace: string) => Layer.Layer<Bus | Kv | Journal, unknown, R>
 
 let counter = 0
 const uniqueNamespace = () => `t${process.pid}x${Date.now().toString(36)}x${counter++}`
@@ -37,7 +38,7 @@ const takeN = (q: Queue.Queue<BusMessage>, n: number) =>
   ).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`timed out waiting for ${n} messages`) }))
 
 export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLayer: MakeLayer<R>) => {
-  const withBus = <A, E2>(effect: Effect.Effect<A, E2, Bus | Kv | Scope.Scope>) =>
+  const withBus = <A, E2>(effect: Effect.Effect<A, E2, Bus | Kv | Journal | Scope.Scope>) =>
     Effect.flatMap(Layer.build(makeLayer(uniqueNamespace())), (ctx) => Effect.provide(effect, ctx))
   const run = layer(shared, { timeout: "120 seconds", excludeTestServices: true })
 
@@ -252,6 +253,35 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
             expect(yield* kv.keys()).toEqual([])
           })
         ), 15_000)
+    })
+  })
+
+  describe(`${name} journal contract`, () => {
+    run("contract", (it) => {
+      it.scoped("appends in order, reads the newest before a cursor, and keeps only the newest N", () =>
+        withBus(
+          Effect.gen(function*() {
+            const journal = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour" })
+            expect(yield* journal.read({ limit: 10 })).toEqual([])
+            for (let i = 1; i <= 8; i++) journal.append(`m${i}`)
+            const text = (entries: ReadonlyArray<{ readonly data: Uint8Array }>) => entries.map((e) => new TextDecoder().decode(e.data))
+            // Appends are not awaited: poll until the last one is readable (bounded).
+            const all = yield* journal.read({ limit: 10 }).pipe(
+              Effect.filterOrFail((es) => es.length === 5 && text(es)[4] === "m8", () => new Error("not stored yet")),
+              Effect.retry(Schedule.spaced("20 millis")),
+              Effect.timeout("5 seconds")
+            )
+            expect(text(all)).toEqual(["m4", "m5", "m6", "m7", "m8"])
+            expect(all.map((e) => e.seq)).toEqual([4, 5, 6, 7, 8])
+            expect(all.every((e) => e.at > Date.now() - 60_000)).toBe(true)
+            expect(text(yield* journal.read({ limit: 2 }))).toEqual(["m7", "m8"])
+            expect(text(yield* journal.read({ limit: 2, before: 7 }))).toEqual(["m5", "m6"])
+            expect(text(yield* journal.read({ limit: 10, before: 5 }))).toEqual(["m4"])
+            // Opening again finds the same journal.
+            const again = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour" })
+            expect(text(yield* again.read({ limit: 1 }))).toEqual(["m8"])
+          })
+        ))
     })
   })
 }

@@ -4,13 +4,14 @@
  * caller's token may see. Every privilege change is logged as an audit event.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Journal, Kv, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
+import * as BrokerConfig from "./Config.ts"
 
 const decodeRequest = Schema.decodeUnknownEither(Schema.parseJson(Edge.HttpRequest))
 const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
@@ -24,11 +25,15 @@ const problem = (status: number, error: string) => respond(status, { error })
 
 const PRIVILEGE_PATH = /^\/admin\/participants\/([^/]+)\/(promote|demote)$/
 const PARTICIPANTS_PATH = /^\/v0\/topics\/([^/]+)\/participants$/
+const HISTORY_PATH = /^\/v0\/topics\/([^/]+)\/history$/
+const MAX_HISTORY_PAGE = 1_000
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
   const auth = yield* AuthClient.AuthClient
   const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
+  const journal = yield* Journal.Journal
+  const historyOf = yield* BrokerConfig.history
 
   const caller = (request: Edge.HttpRequest) => {
     const m = /^Bearer\s+(.+)$/i.exec(request.authorization ?? "")
@@ -75,6 +80,23 @@ export const make = Effect.gen(function*() {
         respond(200, { topic, participants: found.map(({ value }) => ({ id: value.participant, privilege: value.privilege })) }))
       : Effect.succeed(problem(403, `token is not valid for topic ${topic}`))
 
+  /** The newest `limit` envelopes before the `before` cursor, oldest first, and the cursor for the page before. */
+  const history = (claims: Auth.Claims, topic: string, query: Readonly<Record<string, string>>) =>
+    Effect.gen(function*() {
+      if (!maySee(claims, topic)) return problem(403, `token is not valid for topic ${topic}`)
+      const limit = query["limit"] === undefined ? 100 : Number(query["limit"])
+      const before = query["before"] === undefined ? undefined : Number(query["before"])
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_HISTORY_PAGE) return problem(400, `limit is 1 to ${MAX_HISTORY_PAGE}`)
+      if (before !== undefined && (!Number.isInteger(before) || before < 1)) return problem(400, "before is a sequence number from an earlier page")
+      const log = yield* journal.open(historyOf(topic))
+      const entries = yield* log.read(before === undefined ? { limit } : { limit, before })
+      return respond(200, {
+        topic,
+        envelopes: entries.map((e) => JSON.parse(decoder.decode(e.data)) as unknown),
+        before: entries.length === 0 ? null : entries[0]!.seq
+      })
+    })
+
   const route = (request: Edge.HttpRequest) =>
     Effect.gen(function*() {
       const claims = yield* caller(request)
@@ -87,6 +109,8 @@ export const make = Effect.gen(function*() {
       if (request.path === "/v0/topics") return yield* listTopics(claims)
       const participants = PARTICIPANTS_PATH.exec(request.path)
       if (participants !== null) return yield* listParticipants(claims, decodeURIComponent(participants[1]!))
+      const past = HISTORY_PATH.exec(request.path)
+      if (past !== null) return yield* history(claims, decodeURIComponent(past[1]!), request.query)
       return problem(404, `no such endpoint: ${request.path}`)
     }).pipe(
       Effect.catchTag("BusError", (e) => Effect.succeed(problem(503, e.message))),

@@ -5,7 +5,7 @@
  * and leaves on one subject; the order it receives them in is the topic's total order, and it
  * fans each one out with one publish per edge that has members.
  */
-import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -42,6 +42,7 @@ const REMEMBERED_IDS = 10_000
 interface Topic {
   readonly name: string
   readonly members: Map<string, Mcpx.Member>
+  readonly history: Journal.JournalHandle
 }
 
 export const make = Effect.gen(function*() {
@@ -54,8 +55,10 @@ export const make = Effect.gen(function*() {
     rate: yield* BrokerConfig.rate,
     burst: yield* BrokerConfig.burst,
     maxEnvelope: yield* BrokerConfig.maxEnvelope,
-    maxParticipants: yield* BrokerConfig.maxParticipants
+    maxParticipants: yield* BrokerConfig.maxParticipants,
+    history: yield* BrokerConfig.history
   }
+  const journal = yield* Journal.Journal
   const claims = yield* kv.bucket(Subjects.Bucket.topics)
   const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
   const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
@@ -87,7 +90,10 @@ export const make = Effect.gen(function*() {
   const onTopicMessage = (topic: Topic) => (message: Bus.BusMessage) => {
     const kind = message.header(Subjects.Header.kind)
     const body = decoder.decode(message.data)
-    if (kind === Mcpx.TopicKind.envelope) return fanOut(topic, body)
+    if (kind === Mcpx.TopicKind.envelope) {
+      fanOut(topic, body)
+      return topic.history.append(message.data)
+    }
     if (kind === Mcpx.TopicKind.join) {
       const join = joinCodec.decode(body)
       if (Either.isLeft(join)) return
@@ -143,7 +149,7 @@ export const make = Effect.gen(function*() {
 
   const setUp = (topic: string) =>
     Effect.gen(function*() {
-      const state: Topic = { name: topic, members: new Map() }
+      const state: Topic = { name: topic, members: new Map(), history: yield* journal.open(config.history(topic)) }
       const handle = onTopicMessage(state)
       let owner = false
       const early: Array<Bus.BusMessage> = []

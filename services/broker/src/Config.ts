@@ -30,3 +30,16 @@ export const maxParticipants = Config.integer("MCPX_MAX_PARTICIPANTS").pipe(
   Config.withDescription("Participants per topic"),
   Config.withDefault(1_000)
 )
+export const historyLimit = Config.integer("MCPX_HISTORY_LIMIT").pipe(
+  Config.withDescription("Envelopes kept per topic for GET /v0/topics/{topic}/history"),
+  Config.withDefault(1_000)
+)
+export const historyAge = Config.duration("MCPX_HISTORY_AGE").pipe(
+  Config.withDescription("How long a topic's history keeps an envelope"),
+  Config.withDefault("24 hours")
+)
+
+/** The journal that keeps a topic's history, as both the sequencer and the history API open it. */
+export const history = Config.all({ limit: historyLimit, age: historyAge }).pipe(
+  Config.map(({ age, limit }) => (topic: string) => ({ name: `history_${Buffer.from(topic, "utf8").toString("base64url")}`, maxMessages: limit, maxAge: age }))
+)

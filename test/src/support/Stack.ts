@@ -4,7 +4,7 @@
  * the way a deployment passes them, as environment variables, through a ConfigProvider.
  */
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
-import { type Bus, type Kv, MemoryBus, NatsBus } from "@switchboard/bus"
+import { type Bus, type Journal, type Kv, MemoryBus, NatsBus } from "@switchboard/bus"
 import { Edge, type Routes } from "@switchboard/edge"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -18,14 +18,14 @@ export const SECRET = "test-secret-that-is-long-enough-for-hs256"
 let counter = 0
 export const namespace = () => `t${process.pid}n${counter++}`
 
-export const busLayer = (servers?: ReadonlyArray<string>, ns = namespace()): Layer.Layer<Bus.Bus | Kv.Kv, Bus.BusError> =>
+export const busLayer = (servers?: ReadonlyArray<string>, ns = namespace()): Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.BusError> =>
   servers === undefined ? MemoryBus.layer : NatsBus.layer({ servers, namespace: ns })
 
 export interface StackOptions {
   readonly env?: Readonly<Record<string, string>>
   readonly routes?: Routes.RouteTable
   /** Service layers that host actors next to the edge (they see the same bus). */
-  readonly services?: Layer.Layer<never, unknown, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Telemetry.Tracing>
+  readonly services?: Layer.Layer<never, unknown, Bus.Bus | Kv.Kv | Journal.Journal | AuthClient.AuthClient | Telemetry.Tracing>
   readonly tracing?: Layer.Layer<Telemetry.Tracing>
 }
 
@@ -33,7 +33,7 @@ export const configFrom = (env: Readonly<Record<string, string>>) =>
   Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ PORT: "0", SWITCHBOARD_JWT_SECRET: SECRET, ...env }))))
 
 /** The edge with auth and the given services over the given bus. */
-export const stack = (bus: Layer.Layer<Bus.Bus | Kv.Kv, Bus.BusError>, options: StackOptions = {}) =>
+export const stack = (bus: Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.BusError>, options: StackOptions = {}) =>
   Edge.layer(options.routes === undefined ? {} : { routes: options.routes }).pipe(
     Layer.provideMerge(options.services ?? Layer.empty),
     Layer.provideMerge(AuthClient.layer),
