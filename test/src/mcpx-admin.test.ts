@@ -124,4 +124,19 @@ describe("MCPx admin API", () => {
       const stranger = yield* token({ sub: "eve", topics: ["elsewhere"] })
       expect((yield* api(`${http}/v0/topics/log/history`, "GET", stranger)).status).toBe(403)
     }))
+
+  it.scopedLive("limits chat on its own (MCPX_CHAT_RATE), without holding back other kinds", () =>
+    Effect.gen(function*() {
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Broker.layer, env: { MCPX_CHAT_RATE: "1", MCPX_CHAT_BURST: "2" } }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const talker = yield* join(ws, "chatty", { id: "talker" })
+      const [a, b, c] = [0, 1, 2].map((i) => talker.send({ kind: "chat", payload: { text: `c${i}` } }))
+      // The refusal goes straight back while accepted envelopes pass the topic's sequencer, so
+      // the three may arrive in any order.
+      const got = yield* Effect.forEach([0, 1, 2], () => talker.nextAny)
+      expect(got.filter((e) => e.kind === "chat").map((e) => e.id).sort()).toEqual([a!.id, b!.id].sort())
+      expect(got.find((e) => e.kind === "system")).toMatchObject({ correlation_id: c!.id, payload: { event: "error", code: "rate_limited" } })
+      const proposal = talker.send({ kind: "mcp/proposal", payload: { method: "tools/list", params: {} } })
+      expect((yield* talker.next("mcp/proposal")).id).toBe(proposal.id)
+    }))
 })

@@ -457,7 +457,7 @@ const overNats = Effect.gen(function*() {
     Layer.provideMerge(Tokens.layer),
     Layer.provideMerge(connection()),
     // Ordering is under test here, not the limiter.
-    Layer.provide(configFrom({ MCPX_RATE: "10000", MCPX_BURST: "10000" })),
+    Layer.provide(configFrom({ MCPX_RATE: "10000", MCPX_BURST: "10000", MCPX_CHAT_RATE: "10000", MCPX_CHAT_BURST: "10000" })),
     Layer.provide(quiet)
   )
   const edge = Edge.layer().pipe(Layer.provideMerge(AuthClient.layer), Layer.provideMerge(connection()), Layer.provide(configFrom({})), Layer.provide(quiet))

@@ -54,6 +54,8 @@ export const make = Effect.gen(function*() {
     topicModes: yield* BrokerConfig.topicModes,
     rate: yield* BrokerConfig.rate,
     burst: yield* BrokerConfig.burst,
+    chatRate: yield* BrokerConfig.chatRate,
+    chatBurst: yield* BrokerConfig.chatBurst,
     maxEnvelope: yield* BrokerConfig.maxEnvelope,
     maxParticipants: yield* BrokerConfig.maxParticipants,
     history: yield* BrokerConfig.history
@@ -199,6 +201,7 @@ export const make = Effect.gen(function*() {
         ? saved.value.value.privilege
         : token.privilege ?? "restricted"
       const budget = new RateBudget(config.rate, config.burst)
+      const chatBudget = new RateBudget(config.chatRate, config.chatBurst)
       const seen = new Set<string>()
 
       yield* ensureSequencer(topic).pipe(Effect.orDie)
@@ -240,6 +243,9 @@ export const make = Effect.gen(function*() {
           return refuse("invalid_envelope", ParseResult.TreeFormatter.formatErrorSync(decoded.left), correlation)
         }
         const envelope = decoded.right
+        if (envelope.kind === "chat" && chatBudget.take() !== "ok") {
+          return refuse("rate_limited", `chat rate limit exceeded (${config.chatRate}/s, burst ${config.chatBurst})`, envelope.id)
+        }
         if (envelope.from !== id) return refuse("spoofed_from", `from must be your participant id (${id})`, envelope.id)
         if (envelope.kind === "system") return refuse("forbidden_kind", "only the gateway sends system messages", envelope.id)
         if (seen.has(envelope.id)) return refuse("duplicate_id", `envelope id ${envelope.id} was already used`, envelope.id)

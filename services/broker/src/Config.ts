@@ -22,6 +22,14 @@ export const rate = Config.number("MCPX_RATE").pipe(
   Config.withDefault(100)
 )
 export const burst = Config.number("MCPX_BURST").pipe(Config.withDescription("Burst per participant"), Config.withDefault(200))
+export const chatRate = Config.number("MCPX_CHAT_RATE").pipe(
+  Config.withDescription("Chat envelopes per second per participant (also counted in MCPX_RATE)"),
+  Config.withDefault(100)
+)
+export const chatBurst = Config.number("MCPX_CHAT_BURST").pipe(
+  Config.withDescription("Chat burst per participant"),
+  Config.withDefault(200)
+)
 export const maxEnvelope = Config.integer("MCPX_MAX_ENVELOPE").pipe(
   Config.withDescription("Largest envelope in bytes"),
   Config.withDefault(64 * 1024)
