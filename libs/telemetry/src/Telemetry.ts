@@ -6,6 +6,7 @@
 import * as OtelResource from "@effect/opentelemetry/Resource"
 import * as OtelTracer from "@effect/opentelemetry/Tracer"
 import type * as Otel from "@opentelemetry/api"
+import { context as otelContext, trace } from "@opentelemetry/api"
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http"
 import {
   BatchSpanProcessor,
@@ -106,3 +107,28 @@ export const withRemoteParent = (traceparent: string | undefined) =>
     onNone: () => effect,
     onSome: (parent) => Effect.withParentSpan(effect, parent)
   })
+
+/**
+ * Starts a span with the OTel API directly, for synchronous hot paths: a child of `traceparent`
+ * when it is given and well formed, a new root otherwise. Returns the span and its own
+ * traceparent for the next hop.
+ */
+export const startSpan = (
+  tracer: Otel.Tracer,
+  name: string,
+  traceparent: string | undefined,
+  options: { readonly kind: Otel.SpanKind; readonly attributes: Otel.Attributes }
+): { readonly span: Otel.Span; readonly traceparent: string } => {
+  const parent = parentSpan(traceparent)
+  const ctx = Option.isSome(parent)
+    ? trace.setSpanContext(otelContext.active(), {
+      traceId: parent.value.traceId,
+      spanId: parent.value.spanId,
+      traceFlags: parent.value.sampled ? 1 : 0,
+      isRemote: true
+    })
+    : otelContext.active()
+  const span = tracer.startSpan(name, { kind: options.kind, attributes: options.attributes }, ctx)
+  const sc = span.spanContext()
+  return { span, traceparent: traceHeaders({ traceId: sc.traceId, spanId: sc.spanId, sampled: (sc.traceFlags & 1) === 1 }).traceparent }
+}

@@ -8,6 +8,8 @@
 import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
+import { SpanKind } from "@opentelemetry/api"
+import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
@@ -69,13 +71,14 @@ export const make = Effect.gen(function*() {
   /** Topics this replica sequences. */
   const sequenced = new Map<string, Topic>()
 
-  const toTopic = (topic: string, kind: string, data: string) =>
-    bus.unsafePublish(Subjects.topic(topic), data, Actors.peerHeaders(kind))
+  const toTopic = (topic: string, kind: string, data: string, traceparent?: string) =>
+    bus.unsafePublish(Subjects.topic(topic), data, Actors.peerHeaders(kind, traceparent))
+  const { tracer } = yield* Telemetry.Tracing
 
   // --- the sequencer of a topic ------------------------------------------------------------
 
   /** Sends one frame to every member, one publish per edge. */
-  const fanOut = (topic: Topic, data: string, except?: string) => {
+  const fanOut = (topic: Topic, data: string | Uint8Array, except?: string, traceparent?: string) => {
     const byEdge = new Map<string, Array<Subjects.ConnId>>()
     for (const m of topic.members.values()) {
       if (m.participant === except) continue
@@ -83,7 +86,7 @@ export const make = Effect.gen(function*() {
       if (conns) conns.push(Subjects.ConnId(m.conn))
       else byEdge.set(m.edge, [Subjects.ConnId(m.conn)])
     }
-    for (const [edge, conns] of byEdge) link.sendMany(Subjects.EdgeId(edge), conns, data)
+    for (const [edge, conns] of byEdge) link.sendMany(Subjects.EdgeId(edge), conns, data, traceparent)
   }
 
   const participantsOf = (topic: Topic): ReadonlyArray<Mcpx.Participant> =>
@@ -91,11 +94,18 @@ export const make = Effect.gen(function*() {
 
   const onTopicMessage = (topic: Topic) => (message: Bus.BusMessage) => {
     const kind = message.header(Subjects.Header.kind)
-    const body = decoder.decode(message.data)
     if (kind === Mcpx.TopicKind.envelope) {
-      fanOut(topic, body)
-      return topic.history.append(message.data)
+      const traced = Option.isSome(tracer)
+        ? Telemetry.startSpan(tracer.value, "broker.fanout", message.header(Subjects.Header.traceparent), {
+          kind: SpanKind.PRODUCER,
+          attributes: { "mcpx.topic": topic.name, "mcpx.members": topic.members.size }
+        })
+        : undefined
+      fanOut(topic, message.data, undefined, traced?.traceparent)
+      topic.history.append(message.data)
+      return traced?.span.end()
     }
+    const body = decoder.decode(message.data)
     if (kind === Mcpx.TopicKind.join) {
       const join = joinCodec.decode(body)
       if (Either.isLeft(join)) return
@@ -272,8 +282,20 @@ export const make = Effect.gen(function*() {
             )
           )
         }
+        const traced = Option.isSome(tracer)
+          ? Telemetry.startSpan(tracer.value, `broker.accept ${envelope.kind}`, frame.traceparent, {
+            kind: SpanKind.CONSUMER,
+            attributes: { "mcpx.topic": topic, "mcpx.envelope.id": envelope.id, "mcpx.from": id, "sb.conn": conn.id }
+          })
+          : undefined
         // Stamp ts when missing; otherwise the envelope travels exactly as it was sent.
-        toTopic(topic, Mcpx.TopicKind.envelope, envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text)
+        toTopic(
+          topic,
+          Mcpx.TopicKind.envelope,
+          envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text,
+          traced?.traceparent
+        )
+        traced?.span.end()
       }
 
       const onClosed = () =>

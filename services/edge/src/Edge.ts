@@ -8,7 +8,7 @@ import { AuthClient } from "@switchboard/auth"
 import { Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
-import { context as otelContext, type Span, SpanKind, trace } from "@opentelemetry/api"
+import { type Span, SpanKind } from "@opentelemetry/api"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -161,18 +161,13 @@ const make = (options: EdgeOptions) =>
       s.ws.send(data, { binary: false })
     }
 
-    const deliverSpan = (traceparent: string | undefined, conns: string): Span | undefined => {
-      if (Option.isNone(tracer) || traceparent === undefined) return undefined
-      const parent = Telemetry.parentSpan(traceparent)
-      if (Option.isNone(parent)) return undefined
-      const ctx = trace.setSpanContext(otelContext.active(), {
-        traceId: parent.value.traceId,
-        spanId: parent.value.spanId,
-        traceFlags: parent.value.sampled ? 1 : 0,
-        isRemote: true
-      })
-      return tracer.value.startSpan("edge.deliver", { kind: SpanKind.PRODUCER, attributes: { "sb.conn": conns, "sb.edge": edgeId } }, ctx)
-    }
+    const deliverSpan = (traceparent: string | undefined, conns: string): Span | undefined =>
+      Option.isNone(tracer) || traceparent === undefined
+        ? undefined
+        : Telemetry.startSpan(tracer.value, "edge.deliver", traceparent, {
+          kind: SpanKind.PRODUCER,
+          attributes: { "sb.conn": conns, "sb.edge": edgeId }
+        }).span
 
     const onOutbound = (m: Bus.BusMessage) => {
       const op = m.header(Subjects.Header.op)
@@ -201,12 +196,12 @@ const make = (options: EdgeOptions) =>
       let headers = limited ? s.limitedHeaders : s.frameHeaders
       let span: Span | undefined
       if (Option.isSome(tracer) && s.route.traceInbound) {
-        span = tracer.value.startSpan("edge.receive", {
+        const started = Telemetry.startSpan(tracer.value, "edge.receive", undefined, {
           kind: SpanKind.CONSUMER,
           attributes: { "sb.conn": s.id, "sb.edge": edgeId, "sb.path": s.path }
         })
-        const sc = span.spanContext()
-        headers = { ...headers, ...Telemetry.traceHeaders({ traceId: sc.traceId, spanId: sc.spanId, sampled: (sc.traceFlags & 1) === 1 }) }
+        span = started.span
+        headers = { ...headers, traceparent: started.traceparent }
       }
       const t0 = performance.now()
       try {
