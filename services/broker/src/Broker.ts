@@ -60,7 +60,8 @@ export const make = Effect.gen(function*() {
     chatBurst: yield* BrokerConfig.chatBurst,
     maxEnvelope: yield* BrokerConfig.maxEnvelope,
     maxParticipants: yield* BrokerConfig.maxParticipants,
-    history: yield* BrokerConfig.history
+    history: yield* BrokerConfig.history,
+    replicaHeartbeat: yield* BrokerConfig.replicaHeartbeat
   }
   const journal = yield* Journal.Journal
   const claims = yield* kv.bucket(Subjects.Bucket.topics)
@@ -318,7 +319,7 @@ export const make = Effect.gen(function*() {
       return { onFrame, onPeer, onClosed } satisfies Actors.Actor
     })
 
-  yield* Actors.host({ service: "broker", replica, make: participantActor })
+  yield* Actors.host({ service: "broker", replica, replicaHeartbeat: config.replicaHeartbeat, make: participantActor })
 })
 
 export const layer = Layer.merge(Layer.scopedDiscard(make), AdminApi.layer)

@@ -51,3 +51,7 @@ export const historyAge = Config.duration("MCPX_HISTORY_AGE").pipe(
 export const history = Config.all({ limit: historyLimit, age: historyAge }).pipe(
   Config.map(({ age, limit }) => (topic: string) => ({ name: `history_${Buffer.from(topic, "utf8").toString("base64url")}`, maxMessages: limit, maxAge: age }))
 )
+export const replicaHeartbeat = Config.duration("BROKER_REPLICA_HEARTBEAT").pipe(
+  Config.withDescription("Liveness period of a broker replica; survivors adopt its sockets and topics after it stops"),
+  Config.withDefault("2 seconds")
+)

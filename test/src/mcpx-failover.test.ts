@@ -1,0 +1,73 @@
+/**
+ * Broker replicas survive each other: over NATS, the replica that hosts a room's participants and
+ * sequences its topic stops; the other adopts the sockets and takes the topic over, and the room
+ * goes on in one order with no second welcome or presence.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { AuthClient } from "@switchboard/auth"
+import { Broker } from "@switchboard/broker"
+import { Actors, Kv, Subjects } from "@switchboard/bus"
+import { Edge } from "@switchboard/edge"
+import { Telemetry } from "@switchboard/telemetry"
+import { NatsServer } from "@switchboard/testing"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
+import { join } from "./support/Participants.ts"
+import { busLayer, configFrom, namespace, stack } from "./support/Stack.ts"
+
+const env = { BROKER_REPLICA_HEARTBEAT: "200 millis" }
+
+describe("broker replicas", () => {
+  it.scopedLive("a stopped replica's room carries on at the other", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const replica = Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        yield* Layer.buildWithScope(
+          Broker.layer.pipe(
+            Layer.provide(AuthClient.layer),
+            Layer.provide(busLayer(servers, ns)),
+            Layer.provide(Telemetry.disabled),
+            Layer.provide(configFrom(env))
+          ),
+          scope
+        )
+        return { stop: Scope.close(scope, Exit.void) }
+      })
+
+      const first = yield* replica
+      const alice = yield* join(ws, "room", { id: "alice" })
+      const bob = yield* join(ws, "room", { id: "bob" })
+      const hello = alice.send({ kind: "chat", payload: { text: "before" } })
+      expect((yield* bob.next("chat")).id).toBe(hello.id)
+      expect((yield* alice.next("chat")).id).toBe(hello.id)
+
+      yield* replica
+      yield* first.stop
+      // Frames sent before the survivor has adopted the sockets are lost, so wait for it.
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      yield* Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
+        Effect.map((records) => new Set(records.map((r) => r.value.replica)).size),
+        Effect.filterOrFail((owners) => owners === 1, () => new Error("not adopted yet")),
+        Effect.retry(Schedule.spaced("50 millis")),
+        Effect.timeout("10 seconds")
+      )
+      const after = [0, 1, 2].map((i) => alice.send({ kind: "chat", payload: { text: `after ${i}` } }))
+      // The very next envelopes are the chats: no second welcome, no presence flapping.
+      for (const p of [alice, bob]) {
+        const got = yield* Effect.forEach(after, () => p.nextAny)
+        expect(got.map((e) => e.id)).toEqual(after.map((e) => e.id))
+      }
+      const carol = yield* join(ws, "room", { id: "carol" })
+      expect(carol.welcome.payload["participants"]).toEqual(
+        expect.arrayContaining([{ id: "alice", privilege: "restricted" }, { id: "bob", privilege: "restricted" }])
+      )
+      expect((yield* alice.nextAny).payload).toEqual({ event: "join", participant: { id: "carol", privilege: "restricted" } })
+    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+})
