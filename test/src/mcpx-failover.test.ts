@@ -4,19 +4,15 @@
  * goes on in one order with no second welcome or presence.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { AuthClient } from "@switchboard/auth"
 import { Broker } from "@switchboard/broker"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
-import { Telemetry } from "@switchboard/telemetry"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
 import { join } from "./support/Participants.ts"
-import { busLayer, configFrom, namespace, stack } from "./support/Stack.ts"
+import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
 
 const env = { BROKER_REPLICA_HEARTBEAT: "200 millis" }
 
@@ -27,28 +23,16 @@ describe("broker replicas", () => {
       const ns = namespace()
       const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
       const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
-      const replica = Effect.gen(function*() {
-        const scope = yield* Scope.make()
-        yield* Layer.buildWithScope(
-          Broker.layer.pipe(
-            Layer.provide(AuthClient.layer),
-            Layer.provide(busLayer(servers, ns)),
-            Layer.provide(Telemetry.disabled),
-            Layer.provide(configFrom(env))
-          ),
-          scope
-        )
-        return { stop: Scope.close(scope, Exit.void) }
-      })
+      const start = replica(Broker.layer, servers, ns, env)
 
-      const first = yield* replica
+      const first = yield* start
       const alice = yield* join(ws, "room", { id: "alice" })
       const bob = yield* join(ws, "room", { id: "bob" })
       const hello = alice.send({ kind: "chat", payload: { text: "before" } })
       expect((yield* bob.next("chat")).id).toBe(hello.id)
       expect((yield* alice.next("chat")).id).toBe(hello.id)
 
-      yield* replica
+      yield* start
       yield* first.stop
       // Frames sent before the survivor has adopted the sockets are lost, so wait for it.
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape

@@ -4,20 +4,16 @@
  * from KV, so the same client keeps talking to the same extension.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { AuthClient } from "@switchboard/auth"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
-import { Telemetry } from "@switchboard/telemetry"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
 import { connect } from "./support/Client.ts"
 import { call, type Message, next } from "./support/ProxyPeers.ts"
-import { busLayer, configFrom, namespace, stack, token } from "./support/Stack.ts"
+import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
 
 const env = { ROUTER_REPLICA_HEARTBEAT: "200 millis" }
 
@@ -29,22 +25,9 @@ describe("router replicas", () => {
       const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
       const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
       const ws = edge.url.replace("http", "ws")
-      /** A router replica on its own NATS connection, stoppable on its own. */
-      const replica = Effect.gen(function*() {
-        const scope = yield* Scope.make()
-        yield* Layer.buildWithScope(
-          Router.layer.pipe(
-            Layer.provide(AuthClient.layer),
-            Layer.provide(busLayer(servers, ns)),
-            Layer.provide(Telemetry.disabled),
-            Layer.provide(configFrom(env))
-          ),
-          scope
-        )
-        return { stop: Scope.close(scope, Exit.void) }
-      })
+      const start = replica(Router.layer, servers, ns, env)
 
-      const first = yield* replica
+      const first = yield* start
       const t = yield* token({ sub: "alice" })
       const ext = yield* connect(`${ws}/extension`)
       yield* next(ext)
@@ -59,7 +42,7 @@ describe("router replicas", () => {
       expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 3, result: { replica: "first" } })
 
       // A second replica joins: new sockets are spread over both.
-      yield* replica
+      yield* start
       const others = yield* Effect.forEach(Array.from({ length: 12 }), () => connect(`${ws}/mcp`))
       yield* Effect.forEach(others, (c, i) => call(c, i, "mcp_handshake", { accessToken: t }))
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape

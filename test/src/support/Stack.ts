@@ -9,9 +9,11 @@ import { Edge, type Routes } from "@switchboard/edge"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Scope from "effect/Scope"
 
 export const SECRET = "test-secret-that-is-long-enough-for-hs256"
 
@@ -51,3 +53,28 @@ export const token = (options: Tokens.IssueOptions) =>
     Effect.provide(Tokens.layer.pipe(Layer.provide(configFrom({})))),
     Effect.orDie
   )
+
+/**
+ * One replica of a service on its own NATS connection, stoppable on its own (failover tests): its
+ * scope is not the test's, so `stop` ends it mid-test.
+ */
+export const replica = (
+  service: Layer.Layer<never, unknown, Bus.Bus | Kv.Kv | Journal.Journal | AuthClient.AuthClient | Telemetry.Tracing>,
+  servers: ReadonlyArray<string>,
+  ns: string,
+  env: Readonly<Record<string, string>> = {}
+) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    yield* Layer.buildWithScope(
+      service.pipe(
+        Layer.provide(AuthClient.layer),
+        Layer.provide(busLayer(servers, ns)),
+        Layer.provide(Telemetry.disabled),
+        Layer.provide(configFrom(env)),
+        Layer.provide(Logger.minimumLogLevel(LogLevel.Error))
+      ),
+      scope
+    )
+    return { stop: Scope.close(scope, Exit.void) }
+  })
