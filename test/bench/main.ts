@@ -1,132 +1,39 @@
 /**
  * `npm run bench [-- suite ...]`: prints one JSON line per measurement (msgs/s, p50/p99 µs, server
  * RSS and CPU per message), each suite measured against its baselines in the same run.
- * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension).
+ * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension),
+ * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate).
  * NATS comes from the same testcontainer the tests use.
  */
-import { Tokens } from "@switchboard/auth"
-import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
-import { type ChildProcess, spawn } from "node:child_process"
-import { readFileSync } from "node:fs"
-import { fileURLToPath } from "node:url"
 import { WebSocket } from "ws"
 import { type LoadOptions, run, type Shape } from "./load.ts"
+import { mcpxSuite } from "./mcpx.ts"
+import {
+  costs,
+  type Groups,
+  issueToken,
+  profileWindow,
+  Ready,
+  sample,
+  type Started,
+  startServer,
+  startService,
+  unlimited,
+  type Usage,
+  withNats,
+  wsUrl
+} from "./processes.ts"
+import { report, type ThroughputLine } from "./report.ts"
 
-const root = fileURLToPath(new URL("../../", import.meta.url))
-const serversFile = fileURLToPath(new URL("./servers.ts", import.meta.url))
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
-/** When set, every server process writes a V8 CPU profile into this folder as it exits. */
-const PROFILE = process.env["BENCH_PROFILE"]
 const WARMUP = 0.5
-const SECRET = "bench-secret-that-is-long-enough-for-hs256"
 const shapes: ReadonlyArray<readonly [string, Shape]> = [
   ["1x1", { clients: 1, inFlight: 1 }],
   ["50x10", { clients: 50, inFlight: 10 }]
 ]
 
-// --- processes under test ------------------------------------------------------------------
-
-interface Started {
-  readonly name: string
-  readonly child: ChildProcess
-  readonly pid: number
-  /** The port the process printed, when its ready line carries one. */
-  readonly port: number
-}
-
-/** A target's settings come from the bench alone: the caller's shell must not leak a NATS or a collector into it. */
-const baseEnv = (): NodeJS.ProcessEnv => {
-  const env: NodeJS.ProcessEnv = { ...process.env }
-  for (const key of ["NATS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "SWITCHBOARD_NAMESPACE"]) delete env[key]
-  return { ...env, LOG_LEVEL: "warning", PORT: "0", HOST: "127.0.0.1", SWITCHBOARD_JWT_SECRET: SECRET }
-}
-
-/**
- * `node --import tsx <file> ...args` for as long as the scope lives. It is ready once its stdout has
- * matched every pattern; the first capture group seen is its port. Stdout keeps being read after
- * that, since a child blocks once a pipe nobody reads is full.
- */
-const startProcess = (
-  name: string,
-  file: string,
-  args: ReadonlyArray<string>,
-  env: Readonly<Record<string, string>>,
-  ready: ReadonlyArray<RegExp>
-) =>
-  Effect.acquireRelease(
-    Effect.async<Started, Error>((resume) => {
-      const profile = PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]
-      const child = spawn(process.execPath, [...profile, "--import", "tsx", file, ...args], {
-        cwd: root,
-        env: { ...baseEnv(), ...env },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      let out = ""
-      let waiting = true
-      child.stdout.on("data", (chunk: Buffer) => {
-        if (!waiting) return
-        out += chunk.toString()
-        if (!ready.every((pattern) => pattern.test(out))) return
-        waiting = false
-        const port = ready.map((pattern) => pattern.exec(out)?.[1]).find((p) => p !== undefined)
-        if (child.pid === undefined) return resume(Effect.fail(new Error(`${name} has no pid`)))
-        resume(Effect.succeed({ name, child, pid: child.pid, port: Number(port ?? 0) }))
-      })
-      child.once("error", (e) => resume(Effect.fail(e)))
-      child.once("exit", (code) => resume(Effect.fail(new Error(`${name} exited with ${code} before it was ready:\n${out}`))))
-    }),
-    ({ child }) =>
-      Effect.async<void>((resume) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
-        // The edge gives sockets a grace period on SIGTERM; a process stuck past it is not worth waiting for.
-        const kill = setTimeout(() => child.kill("SIGKILL"), 15_000)
-        child.once("exit", () => {
-          clearTimeout(kill)
-          resume(Effect.void)
-        })
-        child.kill("SIGTERM")
-      })
-  )
-
-/** A server kind of servers.ts (prints `READY <port>`). */
-const startServer = (kind: string, env: Readonly<Record<string, string>> = {}) =>
-  startProcess(kind, serversFile, [kind], env, [/READY (\d+)/])
-
-/** Ready lines of the services' own main.ts, logged at info. */
-const Ready = {
-  edge: /edge \S+ listening on http:\/\/[^\s:]+:(\d+)/,
-  router: /router: hosting connection actors/,
-  auth: /auth: answering token verification/
-} as const
-
-/** A service's own main.ts, as it is deployed. */
-const startService = (name: string, main: string, env: Readonly<Record<string, string>>, ready: ReadonlyArray<RegExp>) =>
-  startProcess(name, `${root}${main}`, [], { LOG_LEVEL: "info", ...env }, ready)
-
-const wsUrl = (server: Started, path: string) => `ws://127.0.0.1:${server.port}${path}`
-
 // --- measuring -----------------------------------------------------------------------------
-
-interface Usage {
-  readonly rssMb: number
-  readonly cpuUs: number
-}
-
-/** Resident memory (MB) and CPU time (µs, all threads) of processes together, from /proc. */
-const usage = (processes: ReadonlyArray<Started>): Usage => {
-  let rssKb = 0
-  let ticks = 0
-  for (const { pid } of processes) {
-    rssKb += Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0)
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0)
-  }
-  return { rssMb: Math.round(rssKb / 102.4) / 10, cpuUs: (ticks / 100) * 1e6 }
-}
 
 interface Target {
   readonly name: string
@@ -137,27 +44,17 @@ interface Target {
   readonly load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">
 }
 
-interface Line {
-  readonly suite: string
-  readonly target: string
-  readonly shape: string
-  readonly msgs_per_s: number
-  readonly [field: string]: string | number
-}
-
-const round1 = (n: number) => Math.round(n * 10) / 10
-const round2 = (n: number) => Math.round(n * 100) / 100
-
 /** Every shape against one running target; CPU is sampled over exactly the measured window. */
 const measure = (suite: string, target: Target) =>
   Effect.forEach(shapes, ([shape, load]) =>
     Effect.gen(function*() {
-      const groups: Array<readonly [string, ReadonlyArray<Started>]> = [
+      const groups: Groups = [
         ["server", target.server],
         ...Object.entries(target.apart ?? {}).map(([key, p]) => [key, [p]] as const)
       ]
       let opened: ReadonlyArray<Usage> = []
       let closed: ReadonlyArray<Usage> = []
+      let endProfileWindow = profileWindow()
       const r = yield* Effect.tryPromise(() =>
         run({
           ...target.load,
@@ -165,53 +62,30 @@ const measure = (suite: string, target: Target) =>
           seconds: SECONDS,
           warmupSeconds: WARMUP,
           onWindow: (edge) => {
-            const now = groups.map(([, processes]) => usage(processes))
-            if (edge === "open") opened = now
-            else closed = now
+            if (edge === "open") {
+              opened = sample(groups)
+              endProfileWindow = profileWindow()
+            } else {
+              closed = sample(groups)
+              endProfileWindow(`${suite} ${target.name} ${shape}`)
+            }
           }
         })
       )
-      const perGroup = groups.flatMap(([key], i) => {
-        const before = opened[i]
-        const after = closed[i]
-        if (before === undefined || after === undefined) return []
-        return [
-          [`${key}_rss_mb`, after.rssMb],
-          [`${key}_cpu_us_per_msg`, round1((after.cpuUs - before.cpuUs) / Math.max(1, r.count))]
-        ] as const
-      })
-      const line: Line = {
+      const line: ThroughputLine = {
         suite,
         target: target.name,
         shape,
         msgs_per_s: r.msgsPerSec,
         p50_us: r.p50Us,
         p99_us: r.p99Us,
-        ...Object.fromEntries(perGroup)
+        ...costs(groups, opened, closed, r.count, "msg")
       }
       return line
     })
   )
 
-/** Prints the lines, each with its throughput as a ratio to every baseline target's at the same shape. */
-const report = (lines: ReadonlyArray<Line>, baselines: Readonly<Record<string, string>>) => {
-  for (const line of lines) {
-    const ratios = Object.entries(baselines).map(([field, target]) => {
-      const base = lines.find((l) => l.target === target && l.shape === line.shape)
-      return [field, base === undefined || base.msgs_per_s === 0 ? null : round2(line.msgs_per_s / base.msgs_per_s)] as const
-    })
-    console.log(JSON.stringify({ ...line, ...Object.fromEntries(ratios) }))
-  }
-}
-
 // --- edge suite ----------------------------------------------------------------------------
-
-/**
- * NATS for the targets that need it, for no longer than they run: concurrent test runs remove
- * leftover testcontainers, and a container held through the whole bench is more likely to go.
- */
-const withNats = <A, E>(use: (url: string) => Effect.Effect<A, E>) =>
-  Effect.provide(Effect.flatMap(NatsServer, ({ url }) => use(url)), NatsServer.layer)
 
 const edgeSuite = Effect.gen(function*() {
   const target = (name: string, kind: string, env: Readonly<Record<string, string>>, path: string) =>
@@ -345,25 +219,8 @@ const proxyTarget = (
     return lines
   })
 
-/**
- * Rate limits are policy sized for people, not for one user keeping 500 requests in flight through
- * one extension socket. They are lifted so that the bench measures forwarding; the budgets are
- * still taken on every frame.
- */
-const unlimited = {
-  EDGE_RATE_LIMIT: "1000000000",
-  EDGE_RATE_BURST: "1000000000",
-  ROUTER_CONNECTION_RATE: "1000000000",
-  ROUTER_USER_RATE: "1000000000"
-} as const
-
 const proxySuite = Effect.gen(function*() {
-  const token = yield* Tokens.make({
-    secret: Option.some(new TextEncoder().encode(SECRET)),
-    jwksUrl: Option.none(),
-    issuer: Option.none(),
-    audience: Option.none()
-  }).issue({ sub: "bench-user", ttl: "1 hour" })
+  const token = yield* issueToken({ sub: "bench-user", ttl: "1 hour" })
 
   const plain = Effect.scoped(
     Effect.flatMap(startServer("plain"), (s) => measure("proxy", { name: "plain-ws-echo", server: [s], load: { url: wsUrl(s, "/") } }))
@@ -410,13 +267,13 @@ const proxySuite = Effect.gen(function*() {
 
 // --- entry ---------------------------------------------------------------------------------
 
-const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite }
+const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite }
 
 const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape (default 3).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
+    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }

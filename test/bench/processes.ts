@@ -1,0 +1,212 @@
+/**
+ * The processes a benchmark measures: servers.ts kinds and the services' own main.ts, each started
+ * for as long as a scope lives, and what they cost (RSS and CPU from /proc) over a measured window.
+ * Every suite starts its targets through here, so that all of them get the same environment.
+ */
+import { Tokens } from "@switchboard/auth"
+import { NatsServer } from "@switchboard/testing"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync, readdirSync, readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+
+const root = fileURLToPath(new URL("../../", import.meta.url))
+const serversFile = fileURLToPath(new URL("./servers.ts", import.meta.url))
+/** When set, every server process writes a V8 CPU profile into this folder as it exits. */
+const PROFILE = process.env["BENCH_PROFILE"]
+const SECRET = "bench-secret-that-is-long-enough-for-hs256"
+
+/** A process whose usage is measured: one the bench started, or one it found (NATS in its container). */
+export interface Measured {
+  readonly name: string
+  readonly pid: number
+}
+
+export interface Started extends Measured {
+  readonly child: ChildProcess
+  /** The port the process printed, when its ready line carries one. */
+  readonly port: number
+}
+
+/** A target's settings come from the bench alone: the caller's shell must not leak a NATS or a collector into it. */
+const baseEnv = (): NodeJS.ProcessEnv => {
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  for (const key of ["NATS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "SWITCHBOARD_NAMESPACE"]) delete env[key]
+  return { ...env, LOG_LEVEL: "warning", PORT: "0", HOST: "127.0.0.1", SWITCHBOARD_JWT_SECRET: SECRET }
+}
+
+/**
+ * `node --import tsx <file> ...args` for as long as the scope lives. It is ready once its stdout has
+ * matched every pattern; the first capture group seen is its port. Stdout keeps being read after
+ * that, since a child blocks once a pipe nobody reads is full.
+ */
+const startProcess = (
+  name: string,
+  file: string,
+  args: ReadonlyArray<string>,
+  env: Readonly<Record<string, string>>,
+  ready: ReadonlyArray<RegExp>
+) =>
+  Effect.acquireRelease(
+    Effect.async<Started, Error>((resume) => {
+      const profile = PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]
+      const child = spawn(process.execPath, [...profile, "--import", "tsx", file, ...args], {
+        cwd: root,
+        env: { ...baseEnv(), ...env },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      let out = ""
+      let waiting = true
+      child.stdout.on("data", (chunk: Buffer) => {
+        if (!waiting) return
+        out += chunk.toString()
+        if (!ready.every((pattern) => pattern.test(out))) return
+        waiting = false
+        const port = ready.map((pattern) => pattern.exec(out)?.[1]).find((p) => p !== undefined)
+        if (child.pid === undefined) return resume(Effect.fail(new Error(`${name} has no pid`)))
+        if (PROFILE !== undefined) appendFileSync(`${PROFILE}/processes.jsonl`, `${JSON.stringify({ pid: child.pid, name, readyAt: Date.now() })}\n`)
+        resume(Effect.succeed({ name, child, pid: child.pid, port: Number(port ?? 0) }))
+      })
+      child.once("error", (e) => resume(Effect.fail(e)))
+      child.once("exit", (code) => resume(Effect.fail(new Error(`${name} exited with ${code} before it was ready:\n${out}`))))
+    }),
+    ({ child }) =>
+      Effect.async<void>((resume) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+        // The edge gives sockets a grace period on SIGTERM; a process stuck past it is not worth waiting for.
+        const kill = setTimeout(() => child.kill("SIGKILL"), 15_000)
+        child.once("exit", () => {
+          clearTimeout(kill)
+          resume(Effect.void)
+        })
+        child.kill("SIGTERM")
+      })
+  )
+
+/** A server kind of servers.ts (prints `READY <port>`). */
+export const startServer = (kind: string, env: Readonly<Record<string, string>> = {}) =>
+  startProcess(kind, serversFile, [kind], env, [/READY (\d+)/])
+
+/** Ready lines of the services' own main.ts, logged at info. */
+export const Ready = {
+  edge: /edge \S+ listening on http:\/\/[^\s:]+:(\d+)/,
+  router: /router: hosting connection actors/,
+  broker: /broker: hosting connection actors/,
+  auth: /auth: answering token verification/
+} as const
+
+/** A service's own main.ts (a path from the repository root), as it is deployed. */
+export const startService = (name: string, main: string, env: Readonly<Record<string, string>>, ready: ReadonlyArray<RegExp>) =>
+  startProcess(name, `${root}${main}`, [], { LOG_LEVEL: "info", ...env }, ready)
+
+/**
+ * With BENCH_PROFILE, records a measured window on the clock of V8's profiles (CLOCK_MONOTONIC,
+ * µs), so that profile.ts can count only the samples taken while a load was measured.
+ */
+export const profileWindow = () => {
+  if (PROFILE === undefined) return (_label: string) => {}
+  const from = process.hrtime.bigint() / 1000n
+  return (label: string) => {
+    const to = process.hrtime.bigint() / 1000n
+    appendFileSync(`${PROFILE}/windows.jsonl`, `${JSON.stringify({ label, from: Number(from), to: Number(to) })}\n`)
+  }
+}
+
+export const wsUrl = (server: Started, path: string) => `ws://127.0.0.1:${server.port}${path}`
+
+/**
+ * NATS for the targets that need it, for no longer than they run: concurrent test runs remove
+ * leftover testcontainers, and a container held through the whole bench is more likely to go.
+ */
+export const withNats = <A, E>(use: (url: string) => Effect.Effect<A, E>) =>
+  Effect.provide(Effect.flatMap(NatsServer, ({ url }) => use(url)), NatsServer.layer)
+
+/**
+ * Rate limits are policy sized for people, not for one user keeping 500 requests in flight through
+ * one extension socket. They are lifted so that the bench measures forwarding; the budgets are
+ * still taken on every frame.
+ */
+export const unlimited = {
+  EDGE_RATE_LIMIT: "1000000000",
+  EDGE_RATE_BURST: "1000000000",
+  ROUTER_CONNECTION_RATE: "1000000000",
+  ROUTER_USER_RATE: "1000000000"
+} as const
+
+/** A token every target accepts (they all share the bench's secret). */
+export const issueToken = (options: Tokens.IssueOptions) =>
+  Tokens.make({
+    secret: Option.some(new TextEncoder().encode(SECRET)),
+    jwksUrl: Option.none(),
+    issuer: Option.none(),
+    audience: Option.none()
+  }).issue(options)
+
+// --- what they cost ------------------------------------------------------------------------
+
+export interface Usage {
+  readonly rssMb: number
+  readonly cpuUs: number
+}
+
+/** Resident memory (MB) and CPU time (µs, all threads) of processes together, from /proc. */
+export const usage = (processes: ReadonlyArray<Measured>): Usage => {
+  let rssKb = 0
+  let ticks = 0
+  for (const { pid } of processes) {
+    rssKb += Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0)
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0)
+  }
+  return { rssMb: Math.round(rssKb / 102.4) / 10, cpuUs: (ticks / 100) * 1e6 }
+}
+
+/**
+ * CPU time (µs) every process of the machine has used, from /proc/stat: what is left after the
+ * measured processes and the bench is someone else's load, which on a shared machine skews latency.
+ */
+export const machineCpuUs = () => {
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] =
+    (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").trim().split(/\s+/).slice(1).map(Number)
+  return ((user + nice + system + irq + softirq + steal) / 100) * 1e6
+}
+
+/** A running process this bench did not start, by its command line (arguments joined by spaces). */
+export const findProcess = (name: string, matches: (commandLine: string) => boolean): Measured | undefined => {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      if (matches(readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").join(" "))) return { name, pid: Number(entry) }
+    } catch {
+      // Gone since the listing.
+    }
+  }
+  return undefined
+}
+
+/** Processes reported together under one key, as `<key>_rss_mb` and `<key>_cpu_us_per_<unit>`. */
+export type Groups = ReadonlyArray<readonly [string, ReadonlyArray<Measured>]>
+
+/** Takes every group's usage now, once as a measured window opens and once as it closes. */
+export const sample = (groups: Groups): ReadonlyArray<Usage> => groups.map(([, processes]) => usage(processes))
+
+/** Each group's RSS as the window closed and its CPU over the window per counted `unit`. */
+export const costs = (
+  groups: Groups,
+  opened: ReadonlyArray<Usage>,
+  closed: ReadonlyArray<Usage>,
+  count: number,
+  unit: string
+): Record<string, number> =>
+  Object.fromEntries(groups.flatMap(([key], i) => {
+    const before = opened[i]
+    const after = closed[i]
+    if (before === undefined || after === undefined) return []
+    return [
+      [`${key}_rss_mb`, after.rssMb],
+      [`${key}_cpu_us_per_${unit}`, Math.round(((after.cpuUs - before.cpuUs) / Math.max(1, count)) * 10) / 10]
+    ] as const
+  }))
