@@ -135,7 +135,7 @@ const make = (options: EdgeOptions) =>
     // --- outbound: what services send to this edge's sockets -------------------------------
 
     // Deliveries arrive in bursts (one read from the bus holds many). Corking each socket until
-    // the burst is handled turns many small writes into one.
+    // the end of this turn of the event loop turns many small writes into one.
     const corked: Array<Socket> = []
     const uncorkAll = () => {
       for (const s of corked) {
@@ -156,7 +156,7 @@ const make = (options: EdgeOptions) =>
       if (!s.corked) {
         s.corked = true
         s.raw.cork()
-        if (corked.push(s) === 1) queueMicrotask(uncorkAll)
+        if (corked.push(s) === 1) setImmediate(uncorkAll)
       }
       s.ws.send(data, { binary: false })
     }
