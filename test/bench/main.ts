@@ -25,6 +25,7 @@ import {
   wsUrl
 } from "./processes.ts"
 import { report, type ThroughputLine } from "./report.ts"
+import { answer, isId, isRecord, parseRecord } from "./frames.ts"
 
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
 const WARMUP = 0.5
@@ -105,17 +106,6 @@ const edgeSuite = Effect.gen(function*() {
 
 // --- proxy suite ---------------------------------------------------------------------------
 
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-const parseRecord = (data: Buffer): Record<string, unknown> | undefined => {
-  try {
-    const message: unknown = JSON.parse(data.toString())
-    return isRecord(message) ? message : undefined
-  } catch {
-    return undefined
-  }
-}
-const isId = (u: unknown): u is string | number => typeof u === "string" || typeof u === "number"
-const answer = (id: string | number, result: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result })
 
 /**
  * The browser extension: one socket in the bench process that answers every request at once.

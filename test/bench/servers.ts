@@ -20,6 +20,7 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
+import { answer, isId, parseRecord } from "./frames.ts"
 
 const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
 const wsOptions = { port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 1024 * 1024 } as const
@@ -46,17 +47,6 @@ const relay = async () => {
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
 }
 
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-const parseRecord = (data: Buffer): Record<string, unknown> | undefined => {
-  try {
-    const message: unknown = JSON.parse(data.toString())
-    return isRecord(message) ? message : undefined
-  } catch {
-    return undefined
-  }
-}
-const isId = (u: unknown): u is string | number => typeof u === "string" || typeof u === "number"
-const answer = (id: string | number, result: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result })
 
 /**
  * One extension (the last to connect to `/extension`) and any number of clients on `/mcp`. A

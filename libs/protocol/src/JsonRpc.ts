@@ -77,7 +77,8 @@ const decodeNotification = Schema.decodeUnknownEither(Notification, { onExcessPr
 const decodeSuccess = Schema.decodeUnknownEither(SuccessResponse, { onExcessProperty: "preserve" })
 const decodeError = Schema.decodeUnknownEither(ErrorResponse, { onExcessProperty: "preserve" })
 
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+/** A JSON object (not an array, not null). */
+export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 const isId = (u: unknown): u is Id => typeof u === "string" || (typeof u === "number" && Number.isFinite(u))
 
 export const errorResponse = (id: Id | null, code: number, message: string, data?: unknown): ErrorResponse =>

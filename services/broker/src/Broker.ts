@@ -6,7 +6,7 @@
  * fans each one out with one publish per edge that has members.
  */
 import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
+import { type Auth, Edge, JsonRpc, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import { SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
@@ -31,7 +31,7 @@ const joinCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Join)), deco
 const leaveCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Leave)), decode: Schema.decodeUnknownEither(Schema.parseJson(Mcpx.Leave)) }
 
 const now = () => new Date().toISOString()
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const isRecord = JsonRpc.isRecord
 
 /** A message from the gateway itself. */
 const gateway = (kind: Mcpx.Kind, payload: Record<string, unknown>, extra: { to?: ReadonlyArray<string>; correlation_id?: string } = {}) =>

@@ -44,7 +44,7 @@ const failure = (id: JsonRpc.Id | null, code: number, message: string) =>
 const status = (connected: boolean, peerCount: number) =>
   notification("status", { connected, peer_count: peerCount, timestamp: new Date().toISOString() })
 
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const isRecord = JsonRpc.isRecord
 const parse = (text: string): Either.Either<unknown, string> => {
   try {
     return Either.right(JSON.parse(text))
