@@ -192,7 +192,7 @@ describe("edge", () => {
                 onFrame: (frame: Actors.Frame) =>
                   Effect.sync(() => {
                     if (frame.text === "kick me") return conn.close(4000, "kicked")
-                    link.sendMany(conn.edge, members.map((m) => m.id), frame.data)
+                    link.toMany(conn.edge, members.map((m) => m.id)).send(frame.data)
                   })
               }
             })

@@ -128,18 +128,19 @@ class IncomingFrame implements Frame {
 /** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
 export const edgeLink = Effect.map(Bus, (bus) => ({
   /** One socket, for repeated sends (its headers are built once). */
-  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, conn),
-  /** Fan-out: one publish per edge, however many of its sockets receive the frame. */
-  sendMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>, data: Uint8Array | string, traceparent?: string) =>
-    bus.unsafePublish(Subjects.edgeOut(edge), data, deliverHeaders(Subjects.Header.conns, conns.join(","), traceparent)),
-  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
-    bus.unsafePublish(Subjects.edgeOut(edge), "", {
-      [Subjects.Header.op]: "close",
-      [Subjects.Header.conn]: conn,
-      [Subjects.Header.code]: String(code),
-      [Subjects.Header.reason]: reason
-    })
+  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, Subjects.Header.conn, conn),
+  /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
+  toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
+  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason)
 }))
+
+const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
+  bus.unsafePublish(Subjects.edgeOut(edge), "", {
+    [Subjects.Header.op]: "close",
+    [Subjects.Header.conn]: conn,
+    [Subjects.Header.code]: String(code),
+    [Subjects.Header.reason]: reason
+  })
 
 /**
  * Actors address each other by their connection's subject, never by replica: a `peer` message goes
@@ -156,12 +157,13 @@ export const peerHeaders = (kind: string, traceparent?: string): Headers => {
   return h
 }
 
-const socket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => {
+/** `name` is `sb-conn` for one socket, `sb-conns` for a comma-separated group on the same edge. */
+const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: string): Socket => {
   const out = Subjects.edgeOut(edge)
-  const untraced = deliverHeaders(Subjects.Header.conn, conn, undefined)
+  const untraced = deliverHeaders(name, value, undefined)
   return {
     send: (data, traceparent) =>
-      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(Subjects.Header.conn, conn, traceparent))
+      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(name, value, traceparent))
   }
 }
 
@@ -289,21 +291,14 @@ export const host = <R>(options: HostOptions<R>) =>
       return Effect.gen(function*() {
         const scope = yield* Scope.make()
         yield* Scope.extend(bus.subscribe(Subjects.conn(options.service, connId), (m) => mailbox.offer(m)), scope)
-        const out = Subjects.edgeOut(edgeId)
         const connection: Connection = {
           id: connId,
           edge: edgeId,
           open: event,
           user: event.claims?.sub,
-          send: socket(bus, edgeId, connId).send,
+          send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
           peer,
-          close: (code, reason) =>
-            bus.unsafePublish(out, "", {
-              [Subjects.Header.op]: "close",
-              [Subjects.Header.conn]: connId,
-              [Subjects.Header.code]: String(code),
-              [Subjects.Header.reason]: reason
-            })
+          close: (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
         }
         const made = yield* Effect.exit(Scope.extend(options.make(connection, restored), scope))
         if (Exit.isFailure(made)) {

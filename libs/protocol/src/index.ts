@@ -1,5 +1,6 @@
 export * as Auth from "./Auth.ts"
 export * as Edge from "./Edge.ts"
+export * as Json from "./Json.ts"
 export * as JsonRpc from "./JsonRpc.ts"
 export * as Mcpx from "./Mcpx.ts"
 export * as Proxy from "./Proxy.ts"

@@ -6,7 +6,7 @@
  * fans each one out with one publish per edge that has members.
  */
 import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { type Auth, Edge, JsonRpc, Mcpx } from "@switchboard/protocol"
+import { type Auth, Edge, Json, JsonRpc, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import { SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
@@ -27,8 +27,8 @@ import * as BrokerConfig from "./Config.ts"
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
 const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
-const joinCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Join)), decode: Schema.decodeUnknownEither(Schema.parseJson(Mcpx.Join)) }
-const leaveCodec = { encode: Schema.encodeSync(Schema.parseJson(Mcpx.Leave)), decode: Schema.decodeUnknownEither(Schema.parseJson(Mcpx.Leave)) }
+const joinCodec = Json.codec(Mcpx.Join)
+const leaveCodec = Json.codec(Mcpx.Leave)
 
 const now = () => new Date().toISOString()
 const isRecord = JsonRpc.isRecord
@@ -45,6 +45,8 @@ interface Topic {
   readonly name: string
   readonly members: Map<string, Mcpx.Member>
   readonly history: Journal.JournalHandle
+  /** One handle per edge with members, rebuilt only when membership changes. */
+  everyone: ReadonlyArray<Actors.Socket> | undefined
 }
 
 export const make = Effect.gen(function*() {
@@ -78,16 +80,27 @@ export const make = Effect.gen(function*() {
 
   // --- the sequencer of a topic ------------------------------------------------------------
 
-  /** Sends one frame to every member, one publish per edge. */
-  const fanOut = (topic: Topic, data: string | Uint8Array, except?: string, traceparent?: string) => {
-    const byEdge = new Map<string, Array<Subjects.ConnId>>()
+  /** One handle per edge that has members (but `except`): each send is one publish per edge. */
+  const byEdge = (topic: Topic, except?: string): ReadonlyArray<Actors.Socket> => {
+    const conns = new Map<string, Array<Subjects.ConnId>>()
     for (const m of topic.members.values()) {
       if (m.participant === except) continue
-      const conns = byEdge.get(m.edge)
-      if (conns) conns.push(Subjects.ConnId(m.conn))
-      else byEdge.set(m.edge, [Subjects.ConnId(m.conn)])
+      const group = conns.get(m.edge)
+      if (group) group.push(Subjects.ConnId(m.conn))
+      else conns.set(m.edge, [Subjects.ConnId(m.conn)])
     }
-    for (const [edge, conns] of byEdge) link.sendMany(Subjects.EdgeId(edge), conns, data, traceparent)
+    return [...conns].map(([edge, group]) => link.toMany(Subjects.EdgeId(edge), group))
+  }
+
+  /** Sends one frame to every member (but `except`). */
+  const fanOut = (topic: Topic, data: string | Uint8Array, except?: string, traceparent?: string) => {
+    const sockets = except === undefined ? (topic.everyone ??= byEdge(topic)) : byEdge(topic, except)
+    for (const s of sockets) s.send(data, traceparent)
+  }
+
+  const setMember = (topic: Topic, m: Mcpx.Member) => {
+    topic.members.set(m.participant, m)
+    topic.everyone = undefined
   }
 
   const participantsOf = (topic: Topic): ReadonlyArray<Mcpx.Participant> =>
@@ -113,11 +126,11 @@ export const make = Effect.gen(function*() {
       const m = join.right
       const previous = topic.members.get(m.participant)
       // The same socket again: an adopted actor, or a changed privilege. No welcome, no presence.
-      if (previous?.conn === m.conn) return void topic.members.set(m.participant, m)
+      if (previous?.conn === m.conn) return setMember(topic, m)
       if (previous === undefined && topic.members.size >= config.maxParticipants) {
         return link.close(Subjects.EdgeId(m.edge), Subjects.ConnId(m.conn), CloseCode.PolicyViolation, "topic is full")
       }
-      topic.members.set(m.participant, m)
+      setMember(topic, m)
       const participant = { id: m.participant, privilege: m.privilege }
       link.to(Subjects.EdgeId(m.edge), Subjects.ConnId(m.conn)).send(
         gateway("system", { event: "welcome", participant, participants: participantsOf(topic), protocol: Mcpx.PROTOCOL }, { to: [m.participant] })
@@ -132,6 +145,7 @@ export const make = Effect.gen(function*() {
       const m = topic.members.get(leave.right.participant)
       if (m === undefined || m.conn !== leave.right.conn) return // a replaced socket leaving
       topic.members.delete(m.participant)
+      topic.everyone = undefined
       fanOut(topic, gateway("presence", { event: "leave", participant: { id: m.participant, privilege: m.privilege } }))
     }
   }
@@ -162,7 +176,7 @@ export const make = Effect.gen(function*() {
 
   const setUp = (topic: string) =>
     Effect.gen(function*() {
-      const state: Topic = { name: topic, members: new Map(), history: yield* journal.open(config.history(topic)) }
+      const state: Topic = { name: topic, members: new Map(), history: yield* journal.open(config.history(topic)), everyone: undefined }
       const handle = onTopicMessage(state)
       let owner = false
       const early: Array<Bus.BusMessage> = []

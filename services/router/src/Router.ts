@@ -6,7 +6,7 @@
  */
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { Edge, JsonRpc, Proxy } from "@switchboard/protocol"
+import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -24,15 +24,11 @@ const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
 
-const json = <A, I>(schema: Schema.Schema<A, I>) => ({
-  encode: Schema.encodeSync(Schema.parseJson(schema)),
-  decode: Schema.decodeUnknownEither(Schema.parseJson(schema))
-})
-const attachCodec = json(Proxy.Attach)
-const attachReplyCodec = json(Proxy.AttachReply)
-const detachCodec = json(Proxy.Detach)
-const goneCodec = json(Proxy.ExtensionGone)
-const statusCodec = json(Proxy.PeerStatus)
+const attachCodec = Json.codec(Proxy.Attach)
+const attachReplyCodec = Json.codec(Proxy.AttachReply)
+const detachCodec = Json.codec(Proxy.Detach)
+const goneCodec = Json.codec(Proxy.ExtensionGone)
+const statusCodec = Json.codec(Proxy.PeerStatus)
 const decodeAuthResult = Schema.decodeUnknownEither(Proxy.AuthenticateResult)
 const decodeHandshake = Schema.decodeUnknownEither(Proxy.HandshakeParams)
 const decodeConnect = Schema.decodeUnknownEither(Proxy.ConnectParams)
