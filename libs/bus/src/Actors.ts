@@ -288,8 +288,8 @@ export const host = <R>(options: HostOptions<R>) =>
       answer: (reply: Edge.OpenReply) => Effect.Effect<void>
     ) => {
       const mailbox = new Mailbox<R>(runFork)
-      return Effect.gen(function*() {
-        const scope = yield* Scope.make()
+      // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
+      return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
         yield* Scope.extend(bus.subscribe(Subjects.conn(options.service, connId), (m) => mailbox.offer(m)), scope)
         const connection: Connection = {
           id: connId,
@@ -336,7 +336,7 @@ export const host = <R>(options: HostOptions<R>) =>
         mailbox.stop()
         if (actor.onClosed) yield* actor.onClosed(code, reason)
         yield* connections.delete(connId).pipe(Effect.ignore)
-      }).pipe(
+      }).pipe(Effect.onExit((exit) => Scope.close(scope, exit)))).pipe(
         // When this replica stops, its actors end without `onClosed`: their state stays in KV for
         // the replica that adopts them.
         Effect.ensuring(
