@@ -8,6 +8,9 @@ import type { BucketSpec } from "./Kv.ts"
 
 export type ConnId = string & Brand.Brand<"ConnId">
 export const ConnId = Brand.nominal<ConnId>()
+/** Edges name connections with UUIDs; anything else a client quotes back is not one. */
+const connIdPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+export const isConnId = (s: string): s is ConnId => connIdPattern.test(s)
 export type EdgeId = string & Brand.Brand<"EdgeId">
 export const EdgeId = Brand.nominal<EdgeId>()
 
@@ -50,6 +53,11 @@ export const topic = (name: string): string => `broker.topic.${tokenOf(name)}`
 export const http = (service: ServiceName): string => `${service}.http`
 /** Token verification (request/reply, queue group `auth`). */
 export const authVerify = "auth.verify"
+/**
+ * The router's internal client (request/reply, the router's queue group): another service asks a
+ * user's connected extension to do something (the registry's `createTab`), as the proxy itself.
+ */
+export const routerInternal = "router.internal"
 
 export const Queue = {
   auth: "auth",
@@ -75,9 +83,12 @@ export const Bucket = {
   sessions: { name: "router_sessions" },
   /** MCPx: topic → the replica sequencing it; topic.participant → membership. */
   topics: { name: "broker_topics" },
-  members: { name: "broker_members" }
+  members: { name: "broker_members" },
+  /** MCP-B: user.domain.tab → a tab and its tools; user.domain.tool → a cached tool; conn → a hub session. */
+  tabs: { name: "registry_tabs" },
+  cachedTools: { name: "registry_cached_tools" },
+  hubSessions: { name: "registry_sessions" }
 } as const satisfies Record<string, BucketSpec>
-
 
 /** KV keys use `.` as a token separator, so a prefix is a subject-style filter (`a.b.>`). */
 export const Key = {
@@ -94,5 +105,10 @@ export const Key = {
   session: (connId: ConnId): string => connId,
   topic: (name: string): string => tokenOf(name),
   members: (topic: string): string => `${tokenOf(topic)}.>`,
-  member: (topic: string, participant: string): string => `${tokenOf(topic)}.${tokenOf(participant)}`
+  member: (topic: string, participant: string): string => `${tokenOf(topic)}.${tokenOf(participant)}`,
+  /** Everything of one user in a registry bucket (tabs or cached tools). */
+  userTools: (user: string): string => `${tokenOf(user)}.>`,
+  tab: (user: string, domain: string, tabId: number): string => `${tokenOf(user)}.${tokenOf(domain)}.${tabId}`,
+  cachedTool: (user: string, domain: string, tool: string): string => `${tokenOf(user)}.${tokenOf(domain)}.${tokenOf(tool)}`,
+  hubSession: (connId: ConnId): string => connId
 } as const

@@ -84,11 +84,31 @@ export type ExtensionGone = typeof ExtensionGone.Type
 export const PeerStatus = Schema.Struct({ connectionId: Schema.String, peerCount: Schema.Number })
 export type PeerStatus = typeof PeerStatus.Type
 
+/**
+ * Another service → the router (`router.internal`), and the router → the extension's actor: run
+ * one proxy-protocol method on the user's most recently connected extension, as the proxy itself.
+ */
+export const InternalRequest = Schema.Struct({
+  user: Schema.String,
+  method: Schema.String,
+  params: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+})
+export type InternalRequest = typeof InternalRequest.Type
+
+/** The extension's answer to an internal request, or why there is none (JSON-RPC error codes). */
+export const InternalReply = Schema.Union(
+  Schema.Struct({ ok: Schema.Literal(true), result: Schema.Unknown }),
+  Schema.Struct({ ok: Schema.Literal(false), code: Schema.Int, message: Schema.String })
+)
+export type InternalReply = typeof InternalReply.Type
+
 /** The `kind` header of peer messages between router actors. */
 export const PeerKind = {
   reply: "reply",
   attach: "attach",
   detach: "detach",
   gone: "gone",
-  status: "status"
+  status: "status",
+  /** The router's internal client → an extension's actor (a request, answered with `InternalReply`). */
+  internal: "internal"
 } as const

@@ -5,6 +5,10 @@ export const requestTimeout = Config.duration("ROUTER_REQUEST_TIMEOUT").pipe(
   Config.withDescription("How long a forwarded request waits for the extension's answer"),
   Config.withDefault("120 seconds")
 )
+export const internalTimeout = Config.duration("ROUTER_INTERNAL_TIMEOUT").pipe(
+  Config.withDescription("How long a request from another service (the registry's createTab) waits for the extension's answer"),
+  Config.withDefault("10 seconds")
+)
 export const authTimeout = Config.duration("ROUTER_AUTH_TIMEOUT").pipe(
   Config.withDescription("How long an extension has to answer the authenticate request"),
   Config.withDefault("10 seconds")

@@ -3,6 +3,8 @@
  * extensions (`/extension`, passive). Each socket is an actor. A client's actor owns its pending
  * requests: it maps ids to `<connection_id>:<id>`, sends straight to the extension's socket, and
  * gets the answer back from the extension's actor as a peer message, wherever either one lives.
+ * Other services reach an extension through `router.internal` (see `InternalClient`): the
+ * extension's actor then asks it as the proxy itself, with `proxy:` ids, and owns those requests.
  */
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
@@ -12,6 +14,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -29,6 +32,9 @@ const attachReplyCodec = Json.codec(Proxy.AttachReply)
 const detachCodec = Json.codec(Proxy.Detach)
 const goneCodec = Json.codec(Proxy.ExtensionGone)
 const statusCodec = Json.codec(Proxy.PeerStatus)
+const internalRequestCodec = Json.codec(Proxy.InternalRequest)
+const internalReplyCodec = Json.codec(Proxy.InternalReply)
+const decodeErrorObject = Schema.decodeUnknownEither(JsonRpc.ErrorObject)
 const decodeAuthResult = Schema.decodeUnknownEither(Proxy.AuthenticateResult)
 const decodeHandshake = Schema.decodeUnknownEither(Proxy.HandshakeParams)
 const decodeConnect = Schema.decodeUnknownEither(Proxy.ConnectParams)
@@ -54,6 +60,9 @@ const tokenOf = (p: { readonly accessToken?: string | undefined; readonly access
 
 const AUTH_REQUEST_ID = "proxy:1"
 const AUTH_REQUEST = JSON.stringify({ jsonrpc: "2.0", id: AUTH_REQUEST_ID, method: "authenticate", params: {} })
+/** Ids of the requests the proxy itself sends to an extension; clients may never use them. */
+const PROXY_ID_PREFIX = "proxy:"
+const refused = (code: number, message: string): Proxy.InternalReply => ({ ok: false, code, message })
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
@@ -65,6 +74,7 @@ export const make = Effect.gen(function*() {
   const config = {
     requestTimeout: yield* RouterConfig.requestTimeout,
     authTimeout: yield* RouterConfig.authTimeout,
+    internalTimeout: yield* RouterConfig.internalTimeout,
     statusInterval: yield* RouterConfig.statusInterval,
     maxPending: yield* RouterConfig.maxPending,
     connectionRate: yield* RouterConfig.connectionRate,
@@ -73,6 +83,10 @@ export const make = Effect.gen(function*() {
   }
   const timeoutMillis = Duration.toMillis(config.requestTimeout)
   const timedOut = `Request timed out after ${Duration.format(config.requestTimeout)}`
+  const internalMillis = Duration.toMillis(config.internalTimeout)
+  const internalTimedOut = `Request timed out after ${Duration.format(config.internalTimeout)}`
+  /** Runs work that starts outside any Effect (bus callbacks, timers) until the router stops. */
+  const runFork = yield* FiberSet.makeRuntime<never>()
   const extensions = Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord)
   const extensionIds = yield* kv.bucket(Subjects.Bucket.extensionIds)
   const proxies = Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord)
@@ -101,6 +115,8 @@ export const make = Effect.gen(function*() {
       let ext: Proxy.ExtensionRecord | undefined
       /** Proxy connections attached to this extension: connection id → the client's socket. */
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
+      /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
+      const internal = new Map<string, { readonly message: Bus.BusMessage; readonly timer: ReturnType<typeof setTimeout> }>()
       let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
@@ -182,6 +198,48 @@ export const make = Effect.gen(function*() {
           return Option.match(existing, { onNone: () => fresh, onSome: (e) => decoder.decode(e.value) })
         })
 
+      const answerInternal = (message: Bus.BusMessage, reply: Proxy.InternalReply) =>
+        bus.respond(message, internalReplyCodec.encode(reply)).pipe(Effect.ignore)
+
+      /** Asks the extension on behalf of another service; the answer comes back through `settle`. */
+      const askInternal = (message: Bus.BusMessage, body: string) => {
+        const request = internalRequestCodec.decode(body)
+        if (Either.isLeft(request)) return answerInternal(message, refused(ErrorCode.InvalidRequest, "Invalid Request: malformed internal request"))
+        if (ext === undefined) return answerInternal(message, refused(ErrorCode.ServerError, "Not authenticated: the extension has not answered authenticate"))
+        // The record the router looked up may be stale: answer only for the extension's own user.
+        if (request.right.user !== ext.user) {
+          return answerInternal(message, refused(ErrorCode.ServerError, "No browser extension is connected for this user"))
+        }
+        const { method, params } = request.right
+        const id = `${PROXY_ID_PREFIX}${randomUUID()}`
+        const timer = setTimeout(() => {
+          if (internal.delete(id)) runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut)))
+        }, internalMillis)
+        internal.set(id, { message, timer })
+        conn.send(JSON.stringify(params === undefined ? { jsonrpc: "2.0", id, method } : { jsonrpc: "2.0", id, method, params }))
+        return Effect.void
+      }
+
+      /** The extension's answer to an internal request; late and unknown ones are dropped. */
+      const settle = (id: string, response: Record<string, unknown>): Effect.Effect<void> | void => {
+        const pending = internal.get(id)
+        if (pending === undefined) return
+        internal.delete(id)
+        clearTimeout(pending.timer)
+        let reply: Proxy.InternalReply
+        if ("result" in response) {
+          reply = { ok: true, result: response["result"] }
+        } else if ("error" in response) {
+          const error = decodeErrorObject(response["error"])
+          reply = Either.isRight(error)
+            ? refused(error.right.code, error.right.message)
+            : refused(ErrorCode.InternalError, "Internal error: the extension answered with a malformed error")
+        } else {
+          reply = refused(ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
+        }
+        return answerInternal(pending.message, reply)
+      }
+
       const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
         const parsed = parse(frame.text)
         if (Either.isLeft(parsed)) return conn.send(failure(null, ErrorCode.ParseError, `Parse error: ${parsed.left}`))
@@ -199,6 +257,7 @@ export const make = Effect.gen(function*() {
         if (typeof id !== "string") {
           return conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: a response to a forwarded request carries its mapped string id"))
         }
+        if (id.startsWith(PROXY_ID_PREFIX)) return settle(id, message)
         const colon = id.indexOf(":")
         const connectionId = colon < 0 ? id : id.slice(0, colon)
         const client = attached.get(connectionId)
@@ -225,12 +284,20 @@ export const make = Effect.gen(function*() {
           } else if (kind === Proxy.PeerKind.detach) {
             const detach = detachCodec.decode(body)
             if (Either.isRight(detach) && attached.delete(detach.right.connectionId)) announce()
+          } else if (kind === Proxy.PeerKind.internal) {
+            yield* askInternal(message, body)
           }
         })
 
       const onClosed = (code: number, reason: string) =>
         Effect.gen(function*() {
           const why = code === CloseCode.Normal && reason.startsWith("replaced") ? "Extension reconnected" : "Extension closed"
+          const unanswered = [...internal.values()]
+          internal.clear()
+          for (const p of unanswered) clearTimeout(p.timer)
+          yield* Effect.forEach(unanswered, (p) => answerInternal(p.message, refused(ErrorCode.ServerError, "Extension disconnected")), {
+            discard: true
+          })
           for (const [connectionId, client] of attached) {
             conn.peer(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
           }
@@ -523,6 +590,53 @@ export const make = Effect.gen(function*() {
       yield* keepalive(yield* Effect.scope, () => send(status(session !== undefined, session?.peerCount ?? 0)))
       return { onFrame, onPeer, onClosed } satisfies Actors.Actor
     })
+
+  // --- the internal client: other services' requests to a user's extension -----------------
+
+  /** The user's most recently connected extension answers; the router only finds it. */
+  const internalRequest = (request: Proxy.InternalRequest) =>
+    Effect.gen(function*() {
+      const found = yield* Effect.either(extensions.values(Subjects.Key.userExtensions(request.user)))
+      if (Either.isLeft(found)) return refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
+      let newest: Proxy.ExtensionRecord | undefined
+      for (const { value } of found.right) if (newest === undefined || value.connectedAt > newest.connectedAt) newest = value
+      if (newest === undefined) return refused(ErrorCode.ServerError, "No browser extension is connected for this user")
+      const answer = yield* bus
+        .request(Subjects.conn("router", Subjects.ConnId(newest.conn)), internalRequestCodec.encode(request), {
+          headers: Actors.peerHeaders(Proxy.PeerKind.internal),
+          // The actor times the extension out itself; this only catches an actor that is gone.
+          timeout: Duration.sum(config.internalTimeout, Duration.seconds(1))
+        })
+        .pipe(Effect.either)
+      if (Either.isLeft(answer)) {
+        const e = answer.left
+        const why = e._tag === "NoResponders"
+          ? "its session is gone"
+          : e._tag === "RequestTimeout"
+          ? `no reply within ${Duration.format(e.timeout)}`
+          : e.message
+        return refused(ErrorCode.ServerError, `The extension did not answer: ${why}`)
+      }
+      const reply = internalReplyCodec.decode(decoder.decode(answer.right.data))
+      return Either.isRight(reply) ? reply.right : refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
+    })
+
+  yield* bus.subscribe(
+    Subjects.routerInternal,
+    (message) => {
+      const request = internalRequestCodec.decode(decoder.decode(message.data))
+      const reply = Either.isLeft(request)
+        ? Effect.succeed(refused(ErrorCode.InvalidRequest, "Invalid Request: expected {user, method, params?}"))
+        : internalRequest(request.right)
+      runFork(
+        reply.pipe(
+          Effect.flatMap((r) => bus.respond(message, internalReplyCodec.encode(r))),
+          Effect.catchAll((e) => Effect.logWarning("router: could not answer an internal request", e))
+        )
+      )
+    },
+    { queue: Subjects.Queue.service("router") }
+  )
 
   yield* Actors.host({
     service: "router",

@@ -1,1 +1,2 @@
+export * as InternalClient from "./InternalClient.ts"
 export * as Router from "./Router.ts"
