@@ -6,6 +6,7 @@ import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { BusConfig } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Broker } from "@switchboard/broker"
+import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import { Logging, Telemetry } from "@switchboard/telemetry"
 import * as Console from "effect/Console"
@@ -30,7 +31,7 @@ const devToken = (tokens: Tokens.TokensShape) =>
   })
 
 /** The services, wired to whatever Bus, Kv and Tracing are provided. */
-export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer).pipe(
+export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer, Registry.layer).pipe(
   Layer.provideMerge(AuthService.layer),
   Layer.provideMerge(AuthClient.layer),
   Layer.provide(Tokens.layerWithDevFallback(devToken))

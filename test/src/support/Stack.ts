@@ -44,7 +44,7 @@ export const stack = (bus: Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.Bu
     Layer.provideMerge(options.tracing ?? Telemetry.disabled),
     Layer.provideMerge(bus),
     Layer.provide(configFrom(options.env ?? {})),
-    Layer.provide(Logger.minimumLogLevel(LogLevel.Error))
+    Layer.provide(Logger.minimumLogLevel(process.env["SB_TEST_LOG"] === "debug" ? LogLevel.Debug : LogLevel.Error))
   )
 
 /** Signs a token with the test secret. */

@@ -1,0 +1,126 @@
+/**
+ * MCP-B (`shared/specs/mcp-b.md`): the messages between a tab bridge (`/tabs`) and the hub, the
+ * registry's KV records, and the messages its actors exchange. The MCP side (`/hub`) is plain MCP
+ * 2025-06-18 over WebSocket (`shared/specs/mcp-websocket-transport.md`).
+ */
+import * as Either from "effect/Either"
+import * as Schema from "effect/Schema"
+import { isRecord } from "./JsonRpc.ts"
+
+/** MCP-B's own error code: no tab has (or could be opened for) the tool. */
+export const TabNotFound = -32001
+
+export const Method = {
+  hello: "browser/hello",
+  activated: "browser/activated",
+  registerTools: "browser/registerTools",
+  updateTools: "browser/updateTools",
+  executeTool: "browser/executeTool"
+} as const
+
+/** The MCP revisions the hub speaks, newest first; it answers an unknown one with the first. */
+export const ProtocolVersions = ["2025-06-18", "2025-03-26", "2024-11-05"] as const
+
+/** An MCP `Tool` as a page declares it; unknown fields are dropped. */
+export const Tool = Schema.Struct({
+  name: Schema.String,
+  title: Schema.optional(Schema.String),
+  description: Schema.optional(Schema.String),
+  inputSchema: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  outputSchema: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  annotations: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+})
+export type Tool = typeof Tool.Type
+
+/** MCP caps tool names at 128 characters; a page's own name must leave room for nothing less. */
+export const MaxToolName = 128
+
+/**
+ * Checks one tool from a page: a name, and an `inputSchema` that is an object schema. The reason
+ * is for the log; the rest of the list still registers.
+ */
+export const validateTool = (u: unknown): Either.Either<Tool, string> => {
+  if (!isRecord(u)) return Either.left("a tool must be an object")
+  const name = u["name"]
+  if (typeof name !== "string" || name.length === 0) return Either.left("a tool needs a non-empty string name")
+  if (name.length > MaxToolName) return Either.left(`tool ${JSON.stringify(name.slice(0, 40))}…: the name is longer than ${MaxToolName} characters`)
+  const schema = u["inputSchema"]
+  if (!isRecord(schema) || schema["type"] !== "object") {
+    return Either.left(`tool ${JSON.stringify(name)}: inputSchema must be a JSON Schema with type "object"`)
+  }
+  for (const field of ["title", "description"] as const) {
+    if (u[field] !== undefined && typeof u[field] !== "string") return Either.left(`tool ${JSON.stringify(name)}: ${field} must be a string`)
+  }
+  for (const field of ["outputSchema", "annotations"] as const) {
+    if (u[field] !== undefined && !isRecord(u[field])) return Either.left(`tool ${JSON.stringify(name)}: ${field} must be an object`)
+  }
+  const tool: { -readonly [K in keyof Tool]: Tool[K] } = { name, inputSchema: schema }
+  if (typeof u["title"] === "string") tool.title = u["title"]
+  if (typeof u["description"] === "string") tool.description = u["description"]
+  if (isRecord(u["outputSchema"])) tool.outputSchema = u["outputSchema"]
+  if (isRecord(u["annotations"])) tool.annotations = u["annotations"]
+  return Either.right(tool)
+}
+
+/** `annotations.cache === true`: the tool outlives its tab, under a domain-level name. */
+export const isCached = (tool: Tool): boolean => tool.annotations?.["cache"] === true
+
+export const Hello = Schema.Struct({
+  tabId: Schema.Int.pipe(Schema.nonNegative()),
+  url: Schema.String,
+  title: Schema.optional(Schema.String),
+  active: Schema.optional(Schema.Boolean)
+})
+export type Hello = typeof Hello.Type
+
+export const RegisterTools = Schema.Struct({
+  tools: Schema.Array(Schema.Unknown),
+  tabUrl: Schema.optional(Schema.String)
+})
+export type RegisterTools = typeof RegisterTools.Type
+
+/** The tab's answer to `browser/executeTool`. */
+export const ExecuteResult = Schema.Struct({ success: Schema.Boolean, payload: Schema.Unknown })
+export type ExecuteResult = typeof ExecuteResult.Type
+
+/** One open tab and its tools (`registry_tabs`, key user.domain.tab), written by the tab's actor. */
+export const TabRecord = Schema.Struct({
+  user: Schema.String,
+  domain: Schema.String,
+  tabId: Schema.Number,
+  url: Schema.String,
+  title: Schema.optional(Schema.String),
+  conn: Schema.String,
+  edge: Schema.String,
+  /** When the user last brought the tab to the front; 0 if never. */
+  activatedAt: Schema.Number,
+  /** When its tools last changed. */
+  updatedAt: Schema.Number,
+  tools: Schema.Array(Tool)
+})
+export type TabRecord = typeof TabRecord.Type
+
+/** A cached tool (`registry_cached_tools`, key user.domain.tool): it survives its tab. */
+export const CachedToolRecord = Schema.Struct({
+  domain: Schema.String,
+  /** The page that registered it: where a new tab is opened when none is. */
+  url: Schema.String,
+  tool: Tool,
+  cachedAt: Schema.Number
+})
+export type CachedToolRecord = typeof CachedToolRecord.Type
+
+/** What an actor needs to be rebuilt on another replica (`registry_sessions`, keyed by conn). */
+export const SessionRecord = Schema.Union(
+  Schema.Struct({ role: Schema.Literal("hub"), user: Schema.String, protocolVersion: Schema.optional(Schema.String) }),
+  Schema.Struct({ role: Schema.Literal("tab"), user: Schema.String, domain: Schema.String, tabId: Schema.Number })
+)
+export type SessionRecord = typeof SessionRecord.Type
+
+/** The `kind` header of peer messages between registry actors. */
+export const PeerKind = {
+  /** Tab actor → hub actor: a response or progress notification from the tab, with the tab's conn. */
+  fromTab: "from-tab",
+  /** An actor to itself: something happened outside its mailbox (its view changed, a timer). */
+  wake: "wake"
+} as const

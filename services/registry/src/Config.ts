@@ -1,0 +1,43 @@
+/** Every setting of the tool registry, read once. The defaults are the MCP-B spec's numbers. */
+import * as Config from "effect/Config"
+
+export const callTimeout = Config.duration("REGISTRY_CALL_TIMEOUT").pipe(
+  Config.withDescription("How long one tools/call waits for the tab's answer"),
+  Config.withDefault("10 seconds")
+)
+export const retries = Config.integer("REGISTRY_CALL_RETRIES").pipe(
+  Config.withDescription("How often a call is sent again when its tab closes mid-call"),
+  Config.withDefault(3)
+)
+export const retryBackoff = Config.duration("REGISTRY_RETRY_BACKOFF").pipe(
+  Config.withDescription("The pause before such a retry"),
+  Config.withDefault("1 second")
+)
+export const tabWait = Config.duration("REGISTRY_TAB_WAIT").pipe(
+  Config.withDescription("How long a call to a cached tool waits for the tab it had opened to register the tool"),
+  Config.withDefault("10 seconds")
+)
+export const staleTabAge = Config.duration("REGISTRY_STALE_TAB_AGE").pipe(
+  Config.withDescription("Tab entries whose socket is gone are pruned once this old"),
+  Config.withDefault("1 hour")
+)
+export const authTimeout = Config.duration("REGISTRY_AUTH_TIMEOUT").pipe(
+  Config.withDescription("How long a /hub socket without a token has to send authenticate, and a /tabs socket browser/hello"),
+  Config.withDefault("10 seconds")
+)
+export const pageSize = Config.integer("REGISTRY_PAGE_SIZE").pipe(
+  Config.withDescription("Tools per tools/list page"),
+  Config.withDefault(100)
+)
+export const maxToolsPerTab = Config.integer("REGISTRY_MAX_TOOLS_PER_TAB").pipe(
+  Config.withDescription("Tools one tab may register; the rest are rejected"),
+  Config.withDefault(256)
+)
+export const maxPending = Config.integer("REGISTRY_MAX_PENDING").pipe(
+  Config.withDescription("Calls in flight per /hub session"),
+  Config.withDefault(1_000)
+)
+export const replicaHeartbeat = Config.duration("REGISTRY_REPLICA_HEARTBEAT").pipe(
+  Config.withDescription("Liveness period of a registry replica; survivors adopt its sockets after it stops"),
+  Config.withDefault("2 seconds")
+)

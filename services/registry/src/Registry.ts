@@ -1,0 +1,676 @@
+/**
+ * The tool registry: the MCP-B hub (`shared/specs/mcp-b.md`) as a service. Tab bridges connect at
+ * `/tabs` and register their page's tools; the tab's actor keeps them in KV (user → domain → tab).
+ * MCP clients connect at `/hub` and see all their user's tools as one MCP server. A session's actor
+ * follows the user's records through its replica's view (`Views.ts`), lists them under unique
+ * names (`Naming.ts`), and routes each call straight to the best tab's socket; the tab's answer
+ * comes back through the tab's actor as a peer message.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
+import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
+import { InternalClient } from "@switchboard/router"
+import { Telemetry } from "@switchboard/telemetry"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import type * as Tracer from "effect/Tracer"
+import * as RegistryConfig from "./Config.ts"
+import * as Naming from "./Naming.ts"
+import * as Views from "./Views.ts"
+
+const { ErrorCode } = JsonRpc
+const CloseCode = Edge.CloseCode
+const { Method, PeerKind, TabNotFound } = Registry
+const decoder = new TextDecoder()
+const isRecord = JsonRpc.isRecord
+
+const decodeHello = Schema.decodeUnknownEither(Registry.Hello)
+const decodeRegister = Schema.decodeUnknownEither(Registry.RegisterTools)
+const decodeExecuteResult = Schema.decodeUnknownEither(Registry.ExecuteResult)
+
+const notification = (method: string, params?: Record<string, unknown>) =>
+  JSON.stringify(params === undefined ? { jsonrpc: "2.0", method } : { jsonrpc: "2.0", method, params })
+const result = (id: JsonRpc.Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value })
+const failure = (id: JsonRpc.Id | null, code: number, message: string) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
+const LIST_CHANGED = notification("notifications/tools/list_changed")
+/** Close reasons travel in a close frame: at most 123 bytes. */
+const closeReason = (s: string) => (Buffer.byteLength(s) <= 123 ? s : `${Buffer.from(s).subarray(0, 120).toString()}...`)
+const sameJson = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
+
+/** The host (with port) of an http(s) URL, or undefined. */
+const hostOf = (url: string): string | undefined => {
+  try {
+    const u = new URL(url)
+    return (u.protocol === "http:" || u.protocol === "https:") && u.host !== "" ? u.host : undefined
+  } catch {
+    return undefined
+  }
+}
+
+const SERVER_INFO = { name: "switchboard-registry", version: "0.1.0" }
+const CAPABILITIES = {
+  tools: { listChanged: true },
+  // MCP-B's capability; under `experimental`, where MCP puts non-standard ones.
+  experimental: { browser: { multiTabSupport: true, cacheSupported: true, elicitation: false } }
+}
+
+/** A response or progress notification a tab sent, as its actor passes it to the hub's actor. */
+interface FromTab {
+  readonly tab: string
+  readonly message: Record<string, unknown>
+}
+
+export const make = Effect.gen(function*() {
+  const kv = yield* Kv.Kv
+  const auth = yield* AuthClient.AuthClient
+  const bus = yield* Bus.Bus
+  const link = yield* Actors.edgeLink
+  const { tracer } = yield* Telemetry.Tracing
+  const traced = Option.isSome(tracer)
+  const config = {
+    callTimeout: yield* RegistryConfig.callTimeout,
+    retries: yield* RegistryConfig.retries,
+    retryBackoff: yield* RegistryConfig.retryBackoff,
+    tabWait: yield* RegistryConfig.tabWait,
+    staleTabAge: yield* RegistryConfig.staleTabAge,
+    authTimeout: yield* RegistryConfig.authTimeout,
+    pageSize: yield* RegistryConfig.pageSize,
+    maxToolsPerTab: yield* RegistryConfig.maxToolsPerTab,
+    maxPending: yield* RegistryConfig.maxPending,
+    replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat
+  }
+  const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord)
+  const cachedTools = Kv.typed(yield* kv.bucket(Subjects.Bucket.cachedTools), Registry.CachedToolRecord)
+  const sessions = Kv.typed(yield* kv.bucket(Subjects.Bucket.hubSessions), Registry.SessionRecord)
+  const connections = yield* kv.bucket(Subjects.Bucket.connections)
+  const views = yield* Views.make
+
+  const remember = (conn: Actors.Connection, record: Registry.SessionRecord) =>
+    sessions.put(Subjects.Key.hubSession(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e)))
+  const recall = (conn: Actors.Connection) =>
+    sessions.get(Subjects.Key.hubSession(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none()))
+  const forget = (conn: Actors.Connection) => sessions.delete(Subjects.Key.hubSession(conn.id)).pipe(Effect.ignore)
+  /** Closes the socket unless it has said who it is in time. */
+  const deadline = (conn: Actors.Connection, reason: string) =>
+    Effect.sleep(config.authTimeout).pipe(Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, reason))), Effect.forkScoped)
+
+  // --- the tab's actor ---------------------------------------------------------------------
+
+  const tabActor = (conn: Actors.Connection, restored: boolean) =>
+    Effect.gen(function*() {
+      const user = conn.user
+      if (user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
+      const origin = conn.open.origin === undefined ? undefined : hostOf(conn.open.origin)
+      let tab: Registry.TabRecord | undefined
+      let key = ""
+      /** The cached tools this actor last wrote, so re-registering the same list writes nothing. */
+      const written = new Map<string, Registry.CachedToolRecord>()
+
+      const saved = restored ? yield* recall(conn) : Option.none()
+      if (Option.isSome(saved) && saved.value.role === "tab") {
+        key = Subjects.Key.tab(user, saved.value.domain, saved.value.tabId)
+        const found = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
+        if (Option.isSome(found) && found.value.value.conn === conn.id) tab = found.value.value
+      }
+      const helloTimer = tab === undefined ? yield* deadline(conn, `${Method.hello} expected first`) : undefined
+
+      const save = (next: Registry.TabRecord) =>
+        tabs.put(key, next).pipe(
+          Effect.tap(() => Effect.sync(() => (tab = next))),
+          Effect.catchAll((e) => Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e))
+        )
+      const answer = (id: JsonRpc.Id | undefined, value: unknown) => (id === undefined ? undefined : conn.send(result(id, value)))
+      /** A request gets the error; a notification can only be logged. */
+      const refuse = (id: JsonRpc.Id | undefined, code: number, message: string) =>
+        id === undefined ? Effect.logWarning(`tab ${conn.id}: ${message}`) : Effect.sync(() => conn.send(failure(id, code, message)))
+
+      const hello = (params: unknown, id: JsonRpc.Id | undefined) =>
+        Effect.gen(function*() {
+          const decoded = decodeHello(params ?? {})
+          if (Either.isLeft(decoded)) {
+            return conn.close(CloseCode.ProtocolError, closeReason(`${Method.hello}: expected {tabId, url, title?, active?}`))
+          }
+          const { active, tabId, title, url } = decoded.right
+          const domain = hostOf(url)
+          if (domain === undefined) return conn.close(CloseCode.ProtocolError, closeReason(`${Method.hello}: url must be an http(s) URL`))
+          if (origin !== undefined && origin !== domain) {
+            return conn.close(CloseCode.PolicyViolation, closeReason(`the tab's url (${domain}) does not match its Origin (${origin})`))
+          }
+          if (tab !== undefined) {
+            if (tab.tabId !== tabId || tab.domain !== domain) {
+              return yield* refuse(id, ErrorCode.InvalidRequest, "Invalid Request: a tab's identity cannot change; open a new socket after navigating")
+            }
+            yield* save({ ...tab, url, ...(title === undefined ? {} : { title }), activatedAt: active === true ? Date.now() : tab.activatedAt })
+            return answer(id, { domain, tabId })
+          }
+          if (helloTimer !== undefined) yield* Fiber.interrupt(helloTimer)
+          key = Subjects.Key.tab(user, domain, tabId)
+          // A page reload reconnects with the same tab id: the new socket replaces the old one.
+          const previous = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
+          if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
+            const old = previous.value.value
+            link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection of the same tab")
+          }
+          const now = Date.now()
+          yield* save({
+            user,
+            domain,
+            tabId,
+            url,
+            ...(title === undefined ? {} : { title }),
+            conn: conn.id,
+            edge: conn.edge,
+            activatedAt: active === true ? now : 0,
+            updatedAt: now,
+            tools: []
+          })
+          yield* remember(conn, { role: "tab", user, domain, tabId })
+          yield* Effect.logDebug(`tab ${tabId} of ${domain} (user ${user}) connected`)
+          return answer(id, { domain, tabId })
+        })
+
+      const register = (current: Registry.TabRecord, method: string, params: unknown, id: JsonRpc.Id | undefined) =>
+        Effect.gen(function*() {
+          const decoded = decodeRegister(params ?? {})
+          if (Either.isLeft(decoded)) return yield* refuse(id, ErrorCode.InvalidParams, `Invalid params: ${method} expects {tools: Tool[]}`)
+          const accepted: Array<Registry.Tool> = []
+          const rejected: Array<string> = []
+          const names = new Set<string>()
+          for (const candidate of decoded.right.tools) {
+            const tool = Registry.validateTool(candidate)
+            if (Either.isLeft(tool)) rejected.push(tool.left)
+            else if (names.has(tool.right.name)) rejected.push(`tool ${JSON.stringify(tool.right.name)}: listed twice; the first one counts`)
+            else if (accepted.length >= config.maxToolsPerTab) rejected.push(`tool ${JSON.stringify(tool.right.name)}: over the limit of ${config.maxToolsPerTab} tools per tab`)
+            else {
+              names.add(tool.right.name)
+              accepted.push(tool.right)
+            }
+          }
+          if (rejected.length > 0) {
+            yield* Effect.logWarning(`tab ${current.tabId} of ${current.domain}: rejected ${rejected.length} tool(s): ${rejected.join("; ")}`)
+          }
+          const tabUrl = decoded.right.tabUrl
+          const url = tabUrl !== undefined && hostOf(tabUrl) === current.domain ? tabUrl : current.url
+          // Idempotent: the same list again changes nothing and tells nobody.
+          if (url !== current.url || !sameJson(accepted, current.tools)) {
+            yield* save({ ...current, url, tools: accepted, updatedAt: Date.now() })
+          }
+          for (const tool of accepted) {
+            if (!Registry.isCached(tool)) continue
+            const record: Registry.CachedToolRecord = { domain: current.domain, url, tool, cachedAt: Date.now() }
+            const last = written.get(tool.name)
+            if (last !== undefined && last.url === url && sameJson(last.tool, tool)) continue
+            written.set(tool.name, record)
+            yield* cachedTools.put(Subjects.Key.cachedTool(user, current.domain, tool.name), record).pipe(
+              Effect.catchAll((e) => Effect.logWarning(`could not cache tool ${tool.name}`, e))
+            )
+          }
+          return answer(id, { registered: accepted.length, rejected })
+        })
+
+      /** A response or progress notification for a hub session: its id or token starts with the session's conn id. */
+      const toHub = (frame: Actors.Frame, message: Record<string, unknown>, routing: unknown) => {
+        if (typeof routing !== "string") return
+        const hub = routing.slice(0, routing.indexOf(":"))
+        if (!Subjects.isConnId(hub)) return
+        const value: FromTab = { tab: conn.id, message }
+        // The frame is valid JSON already; it travels inside the envelope without being encoded again.
+        conn.peer(hub, PeerKind.fromTab, `{"tab":${JSON.stringify(conn.id)},"message":${frame.text}}`, frame.traceparent, value)
+      }
+
+      const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
+        const decoded = JsonRpc.decodeFrame(frame.text)
+        if (Either.isLeft(decoded)) return conn.send(JsonRpc.encode(decoded.left))
+        const incoming = decoded.right
+        const message = incoming.message as Record<string, unknown>
+        if (incoming._tag === "Response") return toHub(frame, message, message["id"])
+        const { method, params } = incoming.message as JsonRpc.Notification
+        const id = incoming._tag === "Request" ? incoming.message.id : undefined
+        if (method === "notifications/progress") return toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
+        if (frame.limited) return refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
+        if (method === Method.hello) return hello(params, id)
+        const current = tab
+        if (current === undefined) return refuse(id, ErrorCode.InvalidRequest, `Invalid Request: send ${Method.hello} first`)
+        switch (method) {
+          case Method.registerTools:
+          case Method.updateTools:
+            return register(current, method, params, id)
+          case Method.activated:
+            return Effect.zipRight(save({ ...current, activatedAt: Date.now() }), Effect.sync(() => answer(id, {})))
+        }
+        if (id !== undefined) return conn.send(failure(id, ErrorCode.MethodNotFound, `Method not found: ${method}`))
+      }
+
+      const onClosed = () =>
+        Effect.gen(function*() {
+          yield* forget(conn)
+          if (tab === undefined) return
+          const current = yield* tabs.get(key)
+          // A newer socket of the same tab may own the entry already.
+          if (Option.isSome(current) && current.value.value.conn === conn.id) yield* tabs.delete(key)
+        }).pipe(Effect.ignore)
+
+      return { onFrame, onClosed } satisfies Actors.Actor
+    })
+
+  // --- the MCP session's actor (`/hub`) ----------------------------------------------------
+
+  interface Call {
+    readonly id: JsonRpc.Id
+    readonly key: string
+    readonly listed: Naming.Listed
+    readonly args: Record<string, unknown>
+    readonly progressToken: string | number | undefined
+    readonly span: Tracer.Span | undefined
+    /** Tabs it was sent to so far. */
+    attempts: number
+    /** Whether a tab was opened for it already (a cached tool with no tab). */
+    opened: boolean
+    phase: "sent" | "opening" | "backoff"
+    /** The id of the attempt in flight, and the tab it went to. */
+    mapped: string | undefined
+    tab: Registry.TabRecord | undefined
+    timer: ReturnType<typeof setTimeout> | undefined
+  }
+
+  const callTimeoutMillis = Duration.toMillis(config.callTimeout)
+  const tabWaitMillis = Duration.toMillis(config.tabWait)
+  const backoffMillis = Duration.toMillis(config.retryBackoff)
+  const idKey = (id: JsonRpc.Id) => `${typeof id}:${id}`
+
+  const hubActor = (conn: Actors.Connection, restored: boolean) =>
+    Effect.gen(function*() {
+      const scope = yield* Effect.scope
+      const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
+      let user = conn.user
+      let view: Views.View | undefined
+      /** Set once `initialize` was answered. */
+      let protocolVersion: string | undefined
+      /** The list the client last saw (or was told changed), to push `list_changed` only on change. */
+      let shown: Naming.Aggregate | undefined
+      let wakeQueued = false
+      const calls = new Map<string, Call>()
+      const byMapped = new Map<string, Call>()
+      let seq = 0
+
+      const send = (data: string, span?: Tracer.AnySpan) => conn.send(data, span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
+
+      const attach = (owner: string) =>
+        Effect.gen(function*() {
+          user = owner
+          const v = yield* Scope.extend(views.acquire(owner), scope)
+          view = v
+          // Changes arrive outside the mailbox; they come back in as a message, in order with frames.
+          const unlisten = v.listen(() => {
+            if (wakeQueued) return
+            wakeQueued = true
+            conn.peer(conn.id, PeerKind.wake, "")
+          })
+          yield* Scope.addFinalizer(scope, Effect.sync(unlisten))
+        })
+
+      const saved = restored ? yield* recall(conn) : Option.none()
+      if (Option.isSome(saved) && saved.value.role === "hub") {
+        protocolVersion = saved.value.protocolVersion
+        yield* attach(saved.value.user)
+        shown = view?.aggregate()
+      } else if (user !== undefined) {
+        yield* attach(user)
+        yield* remember(conn, { role: "hub", user })
+      }
+      const authTimer = view === undefined ? yield* deadline(conn, "Authentication failed: no authenticate message in time") : undefined
+
+      // --- calls: route to the best tab, retry when it closes, open one for a cached tool ---
+
+      const done = (call: Call) => {
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        calls.delete(call.key)
+        if (call.mapped !== undefined) byMapped.delete(call.mapped)
+      }
+      const fail = (call: Call, code: number, message: string) => {
+        done(call)
+        send(failure(call.id, code, message), call.span)
+      }
+
+      /** MCP-B routing (spec section 3): the tab in the name, the domain's active tab, the latest updated. */
+      const pick = (target: Naming.Target): Registry.TabRecord | undefined => {
+        const domainTabs = view?.tabs().get(target.domain)
+        if (domainTabs === undefined) return undefined
+        const has = (t: Registry.TabRecord) => t.tools.some((tool) => tool.name === target.tool)
+        const named = target.tabId === undefined ? undefined : domainTabs.get(target.tabId)
+        if (named !== undefined && has(named)) return named
+        const all = [...domainTabs.values()]
+        const active = Naming.activeTab(all, target.domain)
+        if (active !== undefined && has(active)) return active
+        let best: Registry.TabRecord | undefined
+        for (const t of all) if (has(t) && (best === undefined || t.updatedAt > best.updatedAt)) best = t
+        return best
+      }
+
+      const sockets = new Map<string, Actors.Socket>()
+      const socketOf = (tab: Registry.TabRecord) => {
+        let s = sockets.get(tab.conn)
+        if (s === undefined) {
+          if (sockets.size > 1_000) sockets.clear()
+          sockets.set(tab.conn, (s = link.to(Subjects.EdgeId(tab.edge), Subjects.ConnId(tab.conn))))
+        }
+        return s
+      }
+
+      const dispatch = (call: Call) => {
+        const { domain, tool } = call.listed.target
+        const tab = pick(call.listed.target)
+        if (tab !== undefined) return sendTo(call, tab)
+        const cached = view?.cached(domain, tool)
+        if (cached !== undefined && !call.opened && user !== undefined) return openTab(call, cached, user)
+        if (call.phase === "opening") return // still waiting for the tab it opened
+        fail(call, TabNotFound, `TabNotFound: no open tab of ${domain} has the tool ${tool}`)
+      }
+
+      const sendTo = (call: Call, tab: Registry.TabRecord) => {
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        if (call.mapped !== undefined) byMapped.delete(call.mapped)
+        const mapped = `${conn.id}:${++seq}`
+        call.attempts++
+        call.phase = "sent"
+        call.mapped = mapped
+        call.tab = tab
+        byMapped.set(mapped, call)
+        call.timer = setTimeout(() => {
+          socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
+          fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`)
+        }, callTimeoutMillis)
+        const params = {
+          toolName: call.listed.target.tool,
+          args: call.args,
+          ...(call.progressToken === undefined ? {} : { _meta: { progressToken: mapped } })
+        }
+        const traceparent = call.span === undefined ? undefined : Telemetry.traceHeaders(call.span).traceparent
+        socketOf(tab).send(JSON.stringify({ jsonrpc: "2.0", id: mapped, method: Method.executeTool, params }), traceparent)
+      }
+
+      const openTab = (call: Call, cached: Registry.CachedToolRecord, owner: string) => {
+        call.opened = true
+        call.phase = "opening"
+        const { domain, tool } = call.listed.target
+        const url = cached.url
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        call.timer = setTimeout(
+          () => fail(call, TabNotFound, `TabNotFound: opened ${url}, but no tab of ${domain} registered ${tool} within ${Duration.format(config.tabWait)}`),
+          tabWaitMillis
+        )
+        runFork(
+          InternalClient.request(owner, "createTab", { url }).pipe(
+            Effect.provideService(Bus.Bus, bus),
+            Effect.catchAll((e) =>
+              Effect.sync(() => {
+                if (calls.get(call.key) === call && call.phase === "opening") {
+                  fail(call, TabNotFound, `TabNotFound: no open tab of ${domain} has ${tool}, and opening ${url} failed: ${e.message}`)
+                }
+              })
+            )
+          )
+        )
+      }
+
+      /** The tab a call went to closed (its entry is gone or belongs to a newer socket). */
+      const tabClosed = (call: Call, tab: Registry.TabRecord) => {
+        if (call.mapped !== undefined) byMapped.delete(call.mapped)
+        call.mapped = undefined
+        if (call.attempts > config.retries) {
+          return fail(call, ErrorCode.InternalError, `Tab ${tab.tabId} of ${tab.domain} closed during the call; gave up after ${call.attempts} attempts`)
+        }
+        call.phase = "backoff"
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        call.timer = setTimeout(() => {
+          call.timer = undefined
+          dispatch(call)
+        }, backoffMillis)
+      }
+
+      const toolsCall = (request: JsonRpc.Request, span: Tracer.Span | undefined) => {
+        const params = isRecord(request.params) ? request.params : {}
+        const name = params["name"]
+        const args = params["arguments"] ?? {}
+        const meta = params["_meta"]
+        const progressToken = isRecord(meta) ? meta["progressToken"] : undefined
+        if (typeof name !== "string" || !isRecord(args) || (progressToken !== undefined && typeof progressToken !== "string" && typeof progressToken !== "number")) {
+          return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
+        }
+        const key = idKey(request.id)
+        if (calls.has(key)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
+        if (calls.size >= config.maxPending) return send(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
+        const listed = view?.aggregate().byName.get(name)
+        if (listed === undefined) return send(failure(request.id, TabNotFound, `TabNotFound: no tool named ${name}; tools/list shows what the open tabs offer`))
+        span?.attribute("mcp.tool.domain", listed.target.domain)
+        const call: Call = {
+          id: request.id,
+          key,
+          listed,
+          args,
+          progressToken,
+          span,
+          attempts: 0,
+          opened: false,
+          phase: "sent",
+          mapped: undefined,
+          tab: undefined,
+          timer: undefined
+        }
+        calls.set(key, call)
+        dispatch(call)
+      }
+
+      const toolsList = (request: JsonRpc.Request) => {
+        const all = view?.aggregate() ?? { tools: [] }
+        const params = isRecord(request.params) ? request.params : {}
+        const cursor = params["cursor"]
+        let offset = 0
+        if (cursor !== undefined) {
+          offset = typeof cursor === "string" && /^[0-9]+$/.test(cursor) ? Number(cursor) : -1
+          if (offset < 0 || offset > all.tools.length) return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
+        }
+        const end = offset + config.pageSize
+        shown = view?.aggregate()
+        send(result(request.id, {
+          tools: all.tools.slice(offset, end).map(Naming.toMcp),
+          ...(end < all.tools.length ? { nextCursor: String(end) } : {})
+        }))
+      }
+
+      const initialize = (request: JsonRpc.Request) => {
+        const params = isRecord(request.params) ? request.params : {}
+        const asked = params["protocolVersion"]
+        const version = Registry.ProtocolVersions.find((v) => v === asked) ?? Registry.ProtocolVersions[0]
+        protocolVersion = version
+        shown = view?.aggregate()
+        send(result(request.id, { protocolVersion: version, capabilities: CAPABILITIES, serverInfo: SERVER_INFO }))
+        return user === undefined ? undefined : remember(conn, { role: "hub", user, protocolVersion: version })
+      }
+
+      const authenticate = (message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined) =>
+        Effect.gen(function*() {
+          const params = isRecord(message.params) ? message.params : {}
+          const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
+          if (typeof token !== "string") return conn.close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
+          const claims = yield* Effect.either(auth.verify(token))
+          if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, closeReason(`Authentication failed: ${claims.left.reason}`))
+          if (user !== undefined && claims.right.sub !== user) {
+            return conn.close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
+          }
+          if (view === undefined) {
+            if (authTimer !== undefined) yield* Fiber.interrupt(authTimer)
+            yield* attach(claims.right.sub)
+            yield* remember(conn, { role: "hub", user: claims.right.sub })
+          }
+          if (id !== undefined) send(result(id, {}))
+        })
+
+      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame): Effect.Effect<void> | void => {
+        if (frame.limited) return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
+        switch (request.method) {
+          case "initialize":
+            return initialize(request)
+          case "ping":
+            return send(result(request.id, {}))
+          case "authenticate":
+            return authenticate(request, request.id)
+        }
+        if (protocolVersion === undefined) {
+          return send(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
+        }
+        if (request.method === "tools/list") return toolsList(request)
+        if (request.method !== "tools/call") return send(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
+        if (!traced) return toolsCall(request, undefined)
+        const name = isRecord(request.params) ? String(request.params["name"]) : ""
+        return Effect.currentSpan.pipe(
+          Effect.map((span) => toolsCall(request, span)),
+          Effect.withSpan(`registry.call ${name}`, {
+            kind: "server",
+            attributes: { "rpc.method": "tools/call", "mcp.tool.name": name, "mcp.request.id": String(request.id), "sb.conn": conn.id, "user_id": user ?? "" }
+          }),
+          Telemetry.withRemoteParent(frame.traceparent),
+          Effect.ignore
+        )
+      }
+
+      const cancelled = (params: unknown) => {
+        if (!isRecord(params)) return
+        const requestId = params["requestId"]
+        if (typeof requestId !== "string" && typeof requestId !== "number") return
+        const call = calls.get(idKey(requestId))
+        if (call === undefined) return
+        done(call)
+        if (call.phase === "sent" && call.mapped !== undefined && call.tab !== undefined) {
+          const reason = typeof params["reason"] === "string" ? params["reason"] : "cancelled by the client"
+          socketOf(call.tab).send(notification("notifications/cancelled", { requestId: call.mapped, reason }))
+        }
+      }
+
+      const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
+        const decoded = JsonRpc.decodeFrame(frame.text)
+        // The WebSocket transport: an invalid frame is a protocol error, and closes the session.
+        if (Either.isLeft(decoded)) {
+          send(JsonRpc.encode(decoded.left))
+          return conn.close(CloseCode.ProtocolError, closeReason(decoded.left.error.message))
+        }
+        const incoming = decoded.right
+        if (incoming._tag === "Response") return // the hub asks clients nothing
+        const message = incoming.message
+        const id = incoming._tag === "Request" ? incoming.message.id : undefined
+        if (view === undefined) {
+          if (message.method === "authenticate") return authenticate(message, id)
+          return conn.close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
+        }
+        if (incoming._tag === "Request") return onRequest(incoming.message, frame)
+        if (message.method === "notifications/cancelled") return cancelled(message.params)
+        // notifications/initialized and anything else a client announces need no answer.
+      }
+
+      const onWake = () => {
+        wakeQueued = false
+        const now = view?.aggregate()
+        if (protocolVersion !== undefined && shown !== undefined && now !== undefined && !sameList(shown, now)) {
+          shown = now
+          send(LIST_CHANGED)
+        }
+        for (const call of [...calls.values()]) {
+          if (call.phase === "opening") dispatch(call)
+          else if (call.phase === "sent" && call.tab !== undefined) {
+            const tab = call.tab
+            if (view?.tabs().get(tab.domain)?.get(tab.tabId)?.conn !== tab.conn) tabClosed(call, tab)
+          }
+        }
+      }
+
+      const fromTab = (message: Bus.BusMessage) => {
+        const local = Actors.localValue(message) as FromTab | undefined
+        let from = local
+        if (from === undefined) {
+          try {
+            from = JSON.parse(decoder.decode(message.data)) as FromTab
+          } catch {
+            return
+          }
+        }
+        const m = from.message
+        if (!isRecord(m)) return
+        if (m["method"] === "notifications/progress") {
+          const params = isRecord(m["params"]) ? m["params"] : {}
+          const call = byMapped.get(String(params["progressToken"]))
+          if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
+          return send(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
+        }
+        const call = typeof m["id"] === "string" ? byMapped.get(m["id"]) : undefined
+        // Late (timed out, cancelled), or not from the tab the call went to: dropped.
+        if (call === undefined || call.tab?.conn !== from.tab) return
+        done(call)
+        send(answerOf(call, m), call.span)
+      }
+
+      const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
+        const kind = message.header(Subjects.Header.kind)
+        if (kind === PeerKind.fromTab) return fromTab(message)
+        if (kind === PeerKind.wake) return onWake()
+      }
+
+      const onClosed = () =>
+        Effect.suspend(() => {
+          for (const call of calls.values()) if (call.timer !== undefined) clearTimeout(call.timer)
+          calls.clear()
+          byMapped.clear()
+          return forget(conn)
+        })
+
+      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+    })
+
+  /** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
+  const answerOf = (call: Call, m: Record<string, unknown>): string => {
+    if ("error" in m && isRecord(m["error"])) {
+      const error = m["error"]
+      return failure(call.id, typeof error["code"] === "number" ? error["code"] : ErrorCode.InternalError, String(error["message"] ?? "the tab failed"))
+    }
+    const decoded = decodeExecuteResult(m["result"])
+    if (Either.isLeft(decoded)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
+    const { payload, success } = decoded.right
+    const text = typeof payload === "string" ? payload : JSON.stringify(payload)
+    if (!success) return result(call.id, { content: [{ type: "text", text }], isError: true })
+    return result(call.id, isRecord(payload) && Array.isArray(payload["content"]) ? payload : { content: [{ type: "text", text }] })
+  }
+
+  const sameList = (a: Naming.Aggregate, b: Naming.Aggregate) =>
+    a === b || (a.tools.length === b.tools.length && sameJson(a.tools.map(Naming.toMcp), b.tools.map(Naming.toMcp)))
+
+  yield* Actors.host({
+    service: "registry",
+    replicaHeartbeat: config.replicaHeartbeat,
+    make: (conn, restored) => (conn.open.path === "/tabs" ? tabActor(conn, restored) : hubActor(conn, restored))
+  })
+
+  // Tab entries outlive their socket only when every replica that could clean them up died with
+  // it; they go once old enough and no connection owns them.
+  const staleMillis = Duration.toMillis(config.staleTabAge)
+  yield* Effect.gen(function*() {
+    for (const { key, value } of yield* tabs.values()) {
+      if (Date.now() - value.updatedAt < staleMillis) continue
+      if (Option.isSome(yield* connections.get(value.conn))) continue
+      yield* tabs.delete(key)
+      yield* Effect.logInfo(`pruned the stale entry of tab ${value.tabId} of ${value.domain}`)
+    }
+  }).pipe(
+    Effect.catchAll((e) => Effect.logWarning("pruning stale tabs failed", e)),
+    Effect.repeat(Schedule.spaced(Duration.min(config.staleTabAge, Duration.minutes(1)))),
+    Effect.forkScoped
+  )
+})
+
+export const layer = Layer.scopedDiscard(make)

@@ -1,0 +1,175 @@
+/**
+ * Each replica's live picture of the users its `/hub` sessions serve: the user's tab and cached-tool
+ * records, followed through KV watches, and the aggregate built from them. One watch pair per user
+ * per replica, shared by all that user's sessions here and dropped with the last of them.
+ */
+import { Kv, Subjects } from "@switchboard/bus"
+import { Registry } from "@switchboard/protocol"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import * as Naming from "./Naming.ts"
+
+const decoder = new TextDecoder()
+const decodeTab = Schema.decodeUnknownOption(Schema.parseJson(Registry.TabRecord))
+const decodeCached = Schema.decodeUnknownOption(Schema.parseJson(Registry.CachedToolRecord))
+
+/** What a key holds as far as this view knows, with the revision that said so. */
+interface Known<A> {
+  readonly revision: number
+  readonly value: A | undefined
+}
+
+export interface View {
+  readonly user: string
+  /** Open tabs by domain, then tab id. */
+  readonly tabs: () => ReadonlyMap<string, ReadonlyMap<number, Registry.TabRecord>>
+  readonly cached: (domain: string, tool: string) => Registry.CachedToolRecord | undefined
+  readonly aggregate: () => Naming.Aggregate
+  /** Called (outside any actor) after the aggregate or the tabs changed; returns the unsubscribe. */
+  readonly listen: (listener: () => void) => () => void
+}
+
+class UserView implements View {
+  private readonly tabRecords = new Map<string, Known<Registry.TabRecord>>()
+  private readonly cachedRecords = new Map<string, Known<Registry.CachedToolRecord>>()
+  private readonly listeners = new Set<() => void>()
+  private byDomain = new Map<string, Map<number, Registry.TabRecord>>()
+  private cachedByTool = new Map<string, Registry.CachedToolRecord>()
+  private current: Naming.Aggregate = { tools: [], byName: new Map() }
+  private scheduled = false
+  refs = 0
+
+  constructor(readonly user: string) {}
+
+  tabs = () => this.byDomain
+  cached = (domain: string, tool: string) => this.cachedByTool.get(`${domain}\u0000${tool}`)
+  aggregate = () => this.current
+  listen = (listener: () => void) => {
+    this.listeners.add(listener)
+    return () => void this.listeners.delete(listener)
+  }
+
+  applyTab(entry: Kv.KvEntry) {
+    this.apply(this.tabRecords, entry, decodeTab)
+  }
+  applyCached(entry: Kv.KvEntry) {
+    this.apply(this.cachedRecords, entry, decodeCached)
+  }
+
+  /** Newer revisions win, so the initial read and the watch may deliver in any order. */
+  private apply<A>(records: Map<string, Known<A>>, entry: Kv.KvEntry, decode: (s: string) => Option.Option<A>) {
+    const known = records.get(entry.key)
+    if (known !== undefined && known.revision >= entry.revision) return
+    const value = entry.operation === "PUT" ? Option.getOrUndefined(decode(decoder.decode(entry.value))) : undefined
+    records.set(entry.key, { revision: entry.revision, value })
+    // A burst of changes (a tab registering, another closing) is rebuilt once.
+    if (!this.scheduled) {
+      this.scheduled = true
+      queueMicrotask(() => this.rebuild())
+    }
+  }
+
+  rebuild() {
+    this.scheduled = false
+    const byDomain = new Map<string, Map<number, Registry.TabRecord>>()
+    const tabs: Array<Registry.TabRecord> = []
+    for (const { value } of this.tabRecords.values()) {
+      if (value === undefined || value.user !== this.user) continue
+      tabs.push(value)
+      let domain = byDomain.get(value.domain)
+      if (!domain) byDomain.set(value.domain, (domain = new Map()))
+      domain.set(value.tabId, value)
+    }
+    const cached: Array<Registry.CachedToolRecord> = []
+    const cachedByTool = new Map<string, Registry.CachedToolRecord>()
+    for (const { value } of this.cachedRecords.values()) {
+      if (value === undefined) continue
+      cached.push(value)
+      cachedByTool.set(`${value.domain}\u0000${value.tool.name}`, value)
+    }
+    this.byDomain = byDomain
+    this.cachedByTool = cachedByTool
+    this.current = Naming.aggregate(tabs, cached)
+    for (const listener of this.listeners) listener()
+  }
+}
+
+export interface Views {
+  /** The user's view, ready (initial records read) when this returns; released with the scope. */
+  readonly acquire: (user: string) => Effect.Effect<View, never, Scope.Scope>
+}
+
+export const make = Effect.gen(function*() {
+  const kv = yield* Kv.Kv
+  const tabs = yield* kv.bucket(Subjects.Bucket.tabs)
+  const cached = yield* kv.bucket(Subjects.Bucket.cachedTools)
+  const scope = yield* Effect.scope
+  const views = new Map<string, { readonly view: UserView; readonly ready: Deferred.Deferred<void>; readonly scope: Scope.CloseableScope }>()
+
+  const follow = (view: UserView, bucket: Kv.KvBucketShape, apply: (e: Kv.KvEntry) => void) =>
+    Effect.gen(function*() {
+      const filter = Subjects.Key.userTools(view.user)
+      // The watch replays every key's latest entry, then follows; reading the keys as well tells
+      // when the view has caught up, since the replay's end is not marked.
+      yield* followStream(bucket.watch({ key: filter, initial: true }), apply)
+      for (const key of yield* bucket.keys(filter)) {
+        const entry = yield* bucket.get(key)
+        if (Option.isSome(entry)) apply(entry.value)
+      }
+    })
+
+  const followStream = (stream: Stream.Stream<Kv.KvEntry, unknown>, apply: (e: Kv.KvEntry) => void) =>
+    stream.pipe(
+      Stream.runForEach((e) => Effect.sync(() => apply(e))),
+      Effect.catchAllCause((cause) => Effect.logError("a registry view stopped following KV", cause)),
+      Effect.forkScoped
+    )
+
+  const open = (user: string) =>
+    Effect.gen(function*() {
+      const view = new UserView(user)
+      const ready = yield* Deferred.make<void>()
+      const own = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const raced = views.get(user)
+      if (raced !== undefined) {
+        yield* Scope.close(own, Exit.void)
+        return raced
+      }
+      views.set(user, { view, ready, scope: own })
+      yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))]).pipe(
+        Effect.tap(() => Effect.sync(() => view.rebuild())),
+        Effect.catchAllCause((cause) => Effect.logWarning("could not read a user's tools; the view starts empty", cause)),
+        Effect.ensuring(Deferred.done(ready, Exit.void)),
+        Scope.extend(own),
+        // Opened inside acquireRelease's uninterruptible acquire: the watches must stay interruptible.
+        Effect.interruptible,
+        Effect.forkIn(own)
+      )
+      return views.get(user)!
+    })
+
+  const acquire = (user: string): Effect.Effect<View, never, Scope.Scope> =>
+    Effect.acquireRelease(
+      Effect.gen(function*() {
+        const entry = views.get(user) ?? (yield* open(user))
+        entry.view.refs++
+        yield* Deferred.await(entry.ready)
+        return entry
+      }),
+      (entry) =>
+        Effect.suspend(() => {
+          entry.view.refs--
+          if (entry.view.refs > 0) return Effect.void
+          views.delete(user)
+          return Scope.close(entry.scope, Exit.void)
+        })
+    ).pipe(Effect.map((entry) => entry.view))
+
+  return { acquire } satisfies Views
+})

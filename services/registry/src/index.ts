@@ -1,0 +1,2 @@
+export * as Naming from "./Naming.ts"
+export * as Registry from "./Registry.ts"
