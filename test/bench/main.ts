@@ -2,89 +2,18 @@
  * `npm run bench [-- suite ...]`: prints one JSON line per measurement (msgs/s, p50/p99 µs, server
  * RSS and CPU per message), each suite measured against its baselines in the same run.
  * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension),
- * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate).
+ * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate),
+ * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab).
  * NATS comes from the same testcontainer the tests use.
  */
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
-import { type LoadOptions, run, type Shape } from "./load.ts"
+import { measure, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
-import {
-  costs,
-  type Groups,
-  issueToken,
-  profileWindow,
-  Ready,
-  sample,
-  type Started,
-  startServer,
-  startService,
-  unlimited,
-  type Usage,
-  withNats,
-  wsUrl
-} from "./processes.ts"
-import { report, type ThroughputLine } from "./report.ts"
+import { registrySuite } from "./registry.ts"
+import { issueToken, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
+import { report } from "./report.ts"
 import { answer, isId, isRecord, parseRecord } from "./frames.ts"
-
-const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
-const WARMUP = 0.5
-const shapes: ReadonlyArray<readonly [string, Shape]> = [
-  ["1x1", { clients: 1, inFlight: 1 }],
-  ["50x10", { clients: 50, inFlight: 10 }]
-]
-
-// --- measuring -----------------------------------------------------------------------------
-
-interface Target {
-  readonly name: string
-  /** Reported as `server_*`, summed: the one process, or every edge. */
-  readonly server: ReadonlyArray<Started>
-  /** Reported apart as `<key>_rss_mb` and `<key>_cpu_us_per_msg`. */
-  readonly apart?: Readonly<Record<string, Started>>
-  readonly load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">
-}
-
-/** Every shape against one running target; CPU is sampled over exactly the measured window. */
-const measure = (suite: string, target: Target) =>
-  Effect.forEach(shapes, ([shape, load]) =>
-    Effect.gen(function*() {
-      const groups: Groups = [
-        ["server", target.server],
-        ...Object.entries(target.apart ?? {}).map(([key, p]) => [key, [p]] as const)
-      ]
-      let opened: ReadonlyArray<Usage> = []
-      let closed: ReadonlyArray<Usage> = []
-      let endProfileWindow = profileWindow()
-      const r = yield* Effect.tryPromise(() =>
-        run({
-          ...target.load,
-          shape: load,
-          seconds: SECONDS,
-          warmupSeconds: WARMUP,
-          onWindow: (edge) => {
-            if (edge === "open") {
-              opened = sample(groups)
-              endProfileWindow = profileWindow()
-            } else {
-              closed = sample(groups)
-              endProfileWindow(`${suite} ${target.name} ${shape}`)
-            }
-          }
-        })
-      )
-      const line: ThroughputLine = {
-        suite,
-        target: target.name,
-        shape,
-        msgs_per_s: r.msgsPerSec,
-        p50_us: r.p50Us,
-        p99_us: r.p99Us,
-        ...costs(groups, opened, closed, r.count, "msg")
-      }
-      return line
-    })
-  )
 
 // --- edge suite ----------------------------------------------------------------------------
 
@@ -257,13 +186,13 @@ const proxySuite = Effect.gen(function*() {
 
 // --- entry ---------------------------------------------------------------------------------
 
-const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite }
+const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite, registry: registrySuite }
 
 const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
+    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 100).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }

@@ -93,6 +93,7 @@ export const Ready = {
   edge: /edge \S+ listening on http:\/\/[^\s:]+:(\d+)/,
   router: /router: hosting connection actors/,
   broker: /broker: hosting connection actors/,
+  registry: /registry: hosting connection actors/,
   auth: /auth: answering token verification/
 } as const
 
