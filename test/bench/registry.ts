@@ -14,6 +14,8 @@ import { issueToken, Ready, startServer, startService, type Started, unlimited, 
 import { print, report, round2 } from "./report.ts"
 
 const ROUNDS = Number(process.env["BENCH_REGISTRY_ROUNDS"] ?? 100)
+/** Rounds first run and not counted, as the throughput loads warm up too. */
+const WARMUP_ROUNDS = 10
 const TOOLS = 10
 const tools = (prefix: string) =>
   Array.from({ length: TOOLS }, (_, i) => ({ name: `${prefix}${i}`, description: `bench tool ${i}`, inputSchema: { type: "object" } }))
@@ -66,7 +68,7 @@ const hubSession = async (url: string) => {
     const r = await request("tools/list")
     return Array.isArray(r["tools"]) ? r["tools"].map((t: unknown) => (isRecord(t) ? String(t["name"]) : "")) : []
   }
-  /** Resolves once `ok` holds of the listed names, asking on every list_changed (and every 100 ms, in case one is missed). */
+  /** Resolves once `ok` holds of the listed names, asking on every list_changed (and every second, in case one is missed). */
   const until = (ok: (names: ReadonlyArray<string>) => boolean) =>
     new Promise<void>((resolve, reject) => {
       let done = false
@@ -79,7 +81,7 @@ const hubSession = async (url: string) => {
             resolve()
           }
         }, reject)
-      const poll = setInterval(check, 100)
+      const poll = setInterval(check, 1000)
       const timer = setTimeout(() => {
         clearInterval(poll)
         reject(new Error("the tools never showed up on /hub"))
@@ -90,12 +92,12 @@ const hubSession = async (url: string) => {
   return { ws, until }
 }
 
-/** Registration latency over ROUNDS tabs, one after another, each closed before the next. */
+/** Registration latency over ROUNDS tabs (after WARMUP_ROUNDS), one after another, each closed before the next. */
 const registration = (name: string, tabsUrl: string, hubUrl: string) =>
   Effect.promise(async () => {
     const hub = await hubSession(hubUrl)
     const samples: Array<number> = []
-    for (let round = 0; round < ROUNDS; round++) {
+    for (let round = 0; round < WARMUP_ROUNDS + ROUNDS; round++) {
       const domain = `r${round}.bench.example.com`
       const expected = `website_tool_r${round}_bench_example_com_tab${round}_reg${TOOLS - 1}`
       const tabSocket = await open(tabsUrl)
@@ -103,7 +105,7 @@ const registration = (name: string, tabsUrl: string, hubUrl: string) =>
       tabSocket.send(JSON.stringify({ jsonrpc: "2.0", method: "browser/hello", params: { tabId: round, url: `https://${domain}/` } }))
       tabSocket.send(JSON.stringify({ jsonrpc: "2.0", method: "browser/registerTools", params: { tools: tools("reg") } }))
       await hub.until((names) => names.includes(expected))
-      samples.push(performance.now() - t0)
+      if (round >= WARMUP_ROUNDS) samples.push(performance.now() - t0)
       tabSocket.close()
       await hub.until((names) => !names.some((n) => n.startsWith(`website_tool_r${round}_`)))
     }
