@@ -1,8 +1,8 @@
 /**
  * The MCP-B tool registry over real sockets (embedded bus): tabs are real MCP servers behind a test
  * bridge at `/tabs`, and the client is the official SDK's `Client` over its WebSocket transport at
- * `/hub`. Naming, routing, caching, isolation and the spec's edge cases; registry-nats.test.ts runs
- * the same service across NATS.
+ * `/hub`. Naming, routing, caching, isolation and the spec's edge cases; registry-distributed.test.ts
+ * runs the same service across NATS and OS processes.
  */
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
@@ -20,37 +20,11 @@ import * as z from "zod"
 import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
-import { hub, tab, toolsUntil } from "./support/Tabs.ts"
+import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 const build = (env: Record<string, string> = {}) => Layer.build(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env }))
 const wsOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
 const start = (env: Record<string, string> = {}) => Effect.map(build(env), wsOf)
-
-interface PageOptions {
-  readonly cache?: boolean
-  /** Every call waits for this before it answers. */
-  readonly gate?: Promise<void>
-}
-
-/** A page's MCP server with the given tools; each answers `<label>:<tool>:<text>`. */
-const page = (label: string, tools: ReadonlyArray<string>, options: PageOptions = {}) => {
-  const server = new McpServer({ name: label, version: "1.0.0" })
-  for (const name of tools) {
-    server.registerTool(
-      name,
-      {
-        description: `${name} on ${label}`,
-        inputSchema: { text: z.string().optional() },
-        ...(options.cache ? { annotations: { cache: true } as Record<string, unknown> } : {})
-      },
-      async ({ text }) => {
-        await options.gate
-        return { content: [{ type: "text" as const, text: `${label}:${name}:${text ?? ""}` }] }
-      }
-    )
-  }
-  return server
-}
 
 /** A promise the test opens when it wants. */
 const gate = () => {
@@ -79,9 +53,6 @@ const rawHub = (ws: string, user: string) =>
     c.send({ jsonrpc: "2.0", method: "notifications/initialized" })
     return c
   })
-
-const textOf = (result: unknown) => ((result as { content: Array<{ text: string }> }).content[0]?.text)
-
 
 describe("MCP-B tool registry", () => {
   it.scopedLive("the SDK client lists two tabs' tools, calls one, and hears list_changed when a third registers", () =>
@@ -524,7 +495,7 @@ describe("/tabs: what a tab may send", () => {
       expect(yield* target.next).toMatchObject({ method: "notifications/cancelled", params: { requestId: execute.id } })
     }))
 
-  it.scopedLive("the tab's failures reach the client as tool errors; malformed answers as -32603", () =>
+  it.scopedLive("the tab's failures reach the client as tool errors; malformed answers and the tab's cancels as errors", () =>
     Effect.gen(function*() {
       const ws = yield* start()
       const t = yield* rawTab(ws)
@@ -549,6 +520,12 @@ describe("/tabs: what a tab may send", () => {
       expect(outcomes[1]).toEqual({ content: [{ type: "text", text: "plain text" }] })
       expect(outcomes[2]).toMatchObject({ code: -32603 })
       expect(outcomes[3]).toMatchObject({ code: -32602, message: expect.stringContaining("bad args") })
+
+      // A tab that gives up on a call says so with notifications/cancelled; the client gets an error.
+      const pending = yield* Effect.fork(callError(client, "website_tool_f_example_com_tab1_run"))
+      const execute = (yield* t.next) as { id: string }
+      t.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: execute.id, reason: "the page navigated away" } })
+      expect(yield* pending.await.pipe(Effect.flatten)).toMatchObject({ code: -32603, message: expect.stringContaining("the page navigated away") })
     }))
 
   it.scopedLive("stale tab entries whose socket is gone are pruned", () =>

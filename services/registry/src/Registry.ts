@@ -235,6 +235,7 @@ export const make = Effect.gen(function*() {
         const { method, params } = incoming.message as JsonRpc.Notification
         const id = incoming._tag === "Request" ? incoming.message.id : undefined
         if (method === "notifications/progress") return toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
+        if (method === "notifications/cancelled") return toHub(frame, message, isRecord(params) ? params["requestId"] : undefined)
         if (frame.limited) return refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
         if (method === Method.hello) return hello(params, id)
         const current = tab
@@ -603,17 +604,21 @@ export const make = Effect.gen(function*() {
         }
         const m = from.message
         if (!isRecord(m)) return
+        const params = isRecord(m["params"]) ? m["params"] : {}
         if (m["method"] === "notifications/progress") {
-          const params = isRecord(m["params"]) ? m["params"] : {}
           const call = byMapped.get(String(params["progressToken"]))
           if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
           return send(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
         }
-        const call = typeof m["id"] === "string" ? byMapped.get(m["id"]) : undefined
+        const cancelled = m["method"] === "notifications/cancelled"
+        const mapped = cancelled ? params["requestId"] : m["id"]
+        const call = typeof mapped === "string" ? byMapped.get(mapped) : undefined
         // Late (timed out, cancelled), or not from the tab the call went to: dropped.
         if (call === undefined || call.tab?.conn !== from.tab) return
         done(call)
-        send(answerOf(call, m), call.span)
+        if (!cancelled) return send(answerOf(call, m), call.span)
+        const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
+        send(failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`), call.span)
       }
 
       const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
