@@ -181,8 +181,27 @@ const toEntry = (e: NatsKvEntry): KvEntry => ({
   operation: e.operation === "PUT" ? "PUT" : "DEL"
 })
 
-const makeBucket = (name: string, kv: KV): KvBucketShape => {
+const KEYS_BOUND = "250 millis"
+
+/** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
+const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>): KvBucketShape => {
   const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
+  const keysFromSubjects = (filter: string) =>
+    Effect.tryPromise({
+      try: async () => {
+        const prefix = `$KV.${full}.`
+        const info = await (await jsm()).streams.info(`KV_${full}`, { subjects_filter: prefix + filter })
+        const keys = await Promise.all(
+          Object.keys(info.state.subjects ?? {}).map(async (subject) => {
+            const key = subject.slice(prefix.length)
+            const e = await kv.get(key)
+            return e !== null && e.operation === "PUT" ? key : undefined
+          })
+        )
+        return keys.filter((k) => k !== undefined)
+      },
+      catch: kvError("keys")
+    })
   const claim = (what: string, key: string, reason: KvConflict["reason"], op: () => Promise<number>) =>
     Effect.tryPromise({
       try: op,
@@ -200,13 +219,23 @@ const makeBucket = (name: string, kv: KV): KvBucketShape => {
     delete: (key) => Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) }),
     keys: (filter) =>
       Effect.tryPromise({
-        try: async () => {
-          const out: Array<string> = []
-          for await (const k of await kv.keys(filter ?? ">")) out.push(k)
-          return out
+        try: async (signal) => {
+          const it = await kv.keys(filter ?? ">")
+          signal.addEventListener("abort", () => it.stop())
+          // A key rewritten during the listing can be listed twice.
+          const out = new Set<string>()
+          for await (const k of it) out.add(k)
+          return [...out]
         },
         catch: kvError("keys")
-      }),
+      }).pipe(
+        // nats.js ends a listing at the message that says nothing more is pending. When keys are
+        // rewritten during the listing, nats-server 2.9 can say 1 on the last one, and the listing
+        // then waits for an idle heartbeat (5 to 30 s). Past a bound, the stream's subjects are
+        // read instead (one request), and each is checked to be live.
+        Effect.timeout(KEYS_BOUND),
+        Effect.catchTag("TimeoutException", () => keysFromSubjects(filter ?? ">"))
+      ),
     // The iterator is pumped by a plain loop and stopped by the scope: an Effect fiber parked in
     // `next()` could not be interrupted until the next change arrived.
     watch: (options) =>
@@ -238,6 +267,8 @@ const makeBucket = (name: string, kv: KV): KvBucketShape => {
 
 export const makeKv = (nc: NatsConnection, namespace: string): KvShape => {
   const kvm = new Kvm(nc)
+  let manager: Promise<JetStreamManager> | undefined
+  const jsm = () => (manager ??= jetstreamManager(nc))
   return {
     bucket: (spec) =>
       Effect.tryPromise({
@@ -253,7 +284,7 @@ export const makeKv = (nc: NatsConnection, namespace: string): KvShape => {
             if (e instanceof Error && /already in use/i.test(e.message)) return kvm.open(full)
             throw e
           })
-          return makeBucket(spec.name, kv)
+          return makeBucket(spec.name, full, kv, jsm)
         },
         catch: busError("Kv", `open bucket ${spec.name}`)
       })

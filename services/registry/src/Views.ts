@@ -122,7 +122,10 @@ export const make = Effect.gen(function*() {
         const entry = yield* bucket.get(key)
         if (Option.isSome(entry)) apply(entry.value)
       }
-    })
+    }).pipe(
+      // The watch, once started, still fills the view in; a failed read only makes it start late.
+      Effect.catchAllCause((cause) => Effect.logWarning(`could not read ${view.user}'s records in ${bucket.name}; the view fills in as they change`, cause))
+    )
 
   const followStream = (stream: Stream.Stream<Kv.KvEntry, unknown>, apply: (e: Kv.KvEntry) => void) =>
     stream.pipe(
@@ -144,7 +147,6 @@ export const make = Effect.gen(function*() {
       views.set(user, { view, ready, scope: own })
       yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))]).pipe(
         Effect.tap(() => Effect.sync(() => view.rebuild())),
-        Effect.catchAllCause((cause) => Effect.logWarning("could not read a user's tools; the view starts empty", cause)),
         Effect.ensuring(Deferred.done(ready, Exit.void)),
         Scope.extend(own),
         // Opened inside acquireRelease's uninterruptible acquire: the watches must stay interruptible.

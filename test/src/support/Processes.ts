@@ -1,8 +1,9 @@
 /**
  * Switchboard services as real OS processes, for tests that cross process boundaries. Each one is
  * a scoped resource: SIGTERM when its scope closes, SIGKILL if it outlives a grace period, and its
- * output kept so a failure can say why. `deployment` starts auth, router and edges in one fresh
- * namespace and returns once an MCP client can complete a handshake through every edge.
+ * output kept so a failure can say why. `deployment` starts auth, router, edges and optionally the
+ * tool registry in one fresh namespace, and returns once an MCP client can complete a handshake
+ * through every edge.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
@@ -16,7 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
-export type Service = "auth" | "router" | "edge"
+export type Service = "auth" | "router" | "registry" | "edge"
 
 export class ServiceProcessError extends Data.TaggedError("ServiceProcessError")<{
   readonly reason: "Spawn" | "Exited" | "NotReady"
@@ -70,6 +71,8 @@ const OUTPUT_LIMIT = 64 * 1024
 // eslint-disable-next-line no-control-regex -- colour codes start with ESC; the logger adds them on a TTY
 const ANSI = /\x1b\[[0-9;]*m/g
 const LISTENING = /edge (\S+) listening on (http:\/\/[^\s:]+:(\d+))/
+/** `Actors.host` logs this once the service's open subscription and replica heartbeat are in place. */
+const HOSTING = /registry: hosting connection actors/
 
 /** Children that are still running, killed if this process exits before their scopes close. */
 const running = new Set<ChildProcess>()
@@ -186,6 +189,12 @@ export const auth = (options: ProcessOptions) => Effect.map(start("auth", option
 /** The session router. It is ready once it takes connections, which `deployment` checks. */
 export const router = (options: ProcessOptions) => Effect.map(start("router", options), ({ proc }) => proc)
 
+/**
+ * The tool registry (`/tabs`, `/hub`), returned once it hosts connection actors: from then on an
+ * edge's open request for either path finds it. It asks the router for tabs (`createTab`).
+ */
+export const registry = (options: ProcessOptions) => Effect.map(start("registry", options, HOSTING), ({ proc }) => proc)
+
 /** One edge, returned once it logs the port it listens on. */
 export const edge = (options: ProcessOptions) =>
   Effect.flatMap(start("edge", options, LISTENING), ({ match, proc }) => {
@@ -200,11 +209,15 @@ export interface Deployment {
   readonly namespace: string
   readonly auth: ServiceProcess
   readonly router: ServiceProcess
+  /** Present when the deployment was asked for it (`DeploymentOptions.registry`). */
+  readonly registry?: ServiceProcess
   readonly edges: ReadonlyArray<EdgeProcess>
 }
 
 export interface DeploymentOptions {
   readonly edges: number
+  /** Also start the tool registry, and wait until it hosts connection actors. */
+  readonly registry?: boolean
   readonly env?: Readonly<Record<string, string>>
   readonly readyTimeout?: Duration.DurationInput
 }
@@ -234,17 +247,24 @@ const handshakeThrough = (edge: EdgeProcess, accessToken: string) =>
   )
 
 /**
- * Auth, router and `edges` edges as separate processes on one NATS, in a namespace of their own.
- * Returns once every edge listens and an MCP handshake succeeds through each of them.
+ * Auth, router, `edges` edges and, if asked, the registry as separate processes on one NATS, in a
+ * namespace of their own. Returns once every edge listens, an MCP handshake succeeds through each
+ * of them, and the registry (if any) hosts connection actors.
  */
 export const deployment = (natsUrl: string, options: DeploymentOptions) =>
   Effect.gen(function*() {
     const namespace = freshNamespace()
     const common: ProcessOptions = { natsUrl, namespace, ...(options.env === undefined ? {} : { env: options.env }) }
-    const [authProc, routerProc, edges] = yield* Effect.all(
-      [auth(common), router(common), Effect.all(Array.from({ length: options.edges }, () => edge(common)), { concurrency: "unbounded" })],
+    const [authProc, routerProc, registryProc, edges] = yield* Effect.all(
+      [
+        auth(common),
+        router(common),
+        options.registry === true ? registry(common) : Effect.succeed(undefined),
+        Effect.all(Array.from({ length: options.edges }, () => edge(common)), { concurrency: "unbounded" })
+      ],
       { concurrency: "unbounded" }
     )
+    const services = [authProc, routerProc, ...(registryProc === undefined ? [] : [registryProc]), ...edges]
     const probe = yield* token({ sub: `readiness-${namespace}` })
     const lastProbe = { detail: "not tried" }
     const serving = Effect.forEach(
@@ -257,7 +277,7 @@ export const deployment = (natsUrl: string, options: DeploymentOptions) =>
       { concurrency: "unbounded", discard: true }
     )
     // A service that dies while we wait fails the wait at once, with its output.
-    const died = Effect.raceAll([authProc, routerProc, ...edges].map((p) => Effect.map(p.exited, (exit) => [p, exit] as const))).pipe(
+    const died = Effect.raceAll(services.map((p) => Effect.map(p.exited, (exit) => [p, exit] as const))).pipe(
       Effect.flatMap(([p, exit]) =>
         Effect.fail(new ServiceProcessError({ reason: "Exited", service: p.service, output: p.output(), cause: `exit code ${exit.code}, signal ${exit.signal}` }))
       )
@@ -270,10 +290,16 @@ export const deployment = (natsUrl: string, options: DeploymentOptions) =>
           new ServiceProcessError({
             reason: "NotReady",
             service: "deployment",
-            output: [`router:\n${routerProc.output()}`, `auth:\n${authProc.output()}`, ...edges.map((e) => `edge ${e.id}:\n${e.output()}`)].join("\n"),
+            output: services.map((p) => `${"id" in p ? `edge ${p.id}` : p.service}:\n${p.output()}`).join("\n"),
             cause: `no MCP handshake through every edge within ${Duration.format(Duration.decode(timeout))}; last: ${lastProbe.detail}`
           })
       })
     )
-    return { namespace, auth: authProc, router: routerProc, edges } satisfies Deployment
+    return {
+      namespace,
+      auth: authProc,
+      router: routerProc,
+      ...(registryProc === undefined ? {} : { registry: registryProc }),
+      edges
+    } satisfies Deployment
   })

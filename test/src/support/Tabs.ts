@@ -8,7 +8,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { WebSocketClientTransport } from "@modelcontextprotocol/sdk/client/websocket.js"
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js"
-import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
@@ -122,6 +122,35 @@ export class TabBridge {
     }
   }
 }
+
+export interface PageOptions {
+  readonly cache?: boolean
+  /** Every call waits for this before it answers. */
+  readonly gate?: Promise<void>
+}
+
+/** A page's MCP server with the given tools; each answers `<label>:<tool>:<text>`. */
+export const page = (label: string, tools: ReadonlyArray<string>, options: PageOptions = {}) => {
+  const server = new McpServer({ name: label, version: "1.0.0" })
+  for (const name of tools) {
+    server.registerTool(
+      name,
+      {
+        description: `${name} on ${label}`,
+        inputSchema: { text: z.string().optional() },
+        ...(options.cache ? { annotations: { cache: true } as Record<string, unknown> } : {})
+      },
+      async ({ text }) => {
+        await options.gate
+        return { content: [{ type: "text" as const, text: `${label}:${name}:${text ?? ""}` }] }
+      }
+    )
+  }
+  return server
+}
+
+/** The text of a tool result's first content item. */
+export const textOf = (result: unknown) => ((result as { content: Array<{ text: string }> }).content[0]?.text)
 
 /** A tab of `options.user` at the edge `ws`, serving `server`'s tools; closed with the scope. */
 export const tab = (ws: string, server: McpServer, options: TabOptions) =>
