@@ -170,16 +170,23 @@ const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: strin
 /** A peer message that never left the process; it reads like one that came over the bus. */
 class LocalMessage implements BusMessage {
   readonly reply = undefined
+  private bytes: Uint8Array | undefined
   constructor(
     readonly subject: string,
-    readonly data: Uint8Array,
+    private readonly raw: Uint8Array | string,
     private readonly headers: Headers,
     readonly value: unknown
   ) {}
+  /** Encoded on first use: a receiver that takes `value` never needs the bytes. */
+  get data() {
+    return (this.bytes ??= typeof this.raw === "string" ? encoder.encode(this.raw) : this.raw)
+  }
   header(name: string) {
     return this.headers[name]
   }
 }
+
+const encoder = new TextEncoder()
 
 const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
   traceparent === undefined
@@ -264,13 +271,12 @@ export const host = <R>(options: HostOptions<R>) =>
     const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox<R>>>()
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
-    const encoder = new TextEncoder()
     const peer: Connection["peer"] = (target, kind, data, traceparent, value) => {
       const mailbox = owned.get(target)
       const headers = peerHeaders(kind, traceparent)
       if (mailbox !== undefined) {
         const subject = Subjects.conn(options.service, target)
-        mailbox.offer(new LocalMessage(subject, typeof data === "string" ? encoder.encode(data) : data, headers, value))
+        mailbox.offer(new LocalMessage(subject, data, headers, value))
       } else {
         bus.unsafePublish(Subjects.conn(options.service, target), data, headers)
       }
