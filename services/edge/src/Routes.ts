@@ -28,7 +28,8 @@ export const standard: RouteTable = {
   "/extension": { service: "router", auth: "in-band", traceInbound: false },
   "/mcp": { service: "router", auth: "in-band", traceInbound: true },
   "/v0/ws": { service: "broker", auth: "upgrade", traceInbound: true },
-  "/tabs": { service: "registry", auth: "upgrade", traceInbound: true },
+  // Tabs mostly answer the hub's calls, whose traces the registry continues.
+  "/tabs": { service: "registry", auth: "upgrade", traceInbound: false },
   "/hub": { service: "registry", auth: "optional", subprotocol: "mcp", traceInbound: true }
 }
 

@@ -385,6 +385,7 @@ export const make = Effect.gen(function*() {
         call.mapped = mapped
         call.tab = tab
         byMapped.set(mapped, call)
+        call.span?.attribute("mcp.mapped_id", mapped)
         call.timer = setTimeout(() => {
           socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
           fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`)
@@ -592,7 +593,7 @@ export const make = Effect.gen(function*() {
         }
       }
 
-      const fromTab = (message: Bus.BusMessage) => {
+      const fromTab = (message: Bus.BusMessage): Effect.Effect<void> | void => {
         const local = Actors.localValue(message) as FromTab | undefined
         let from = local
         if (from === undefined) {
@@ -616,9 +617,19 @@ export const make = Effect.gen(function*() {
         // Late (timed out, cancelled), or not from the tab the call went to: dropped.
         if (call === undefined || call.tab?.conn !== from.tab) return
         done(call)
-        if (!cancelled) return send(answerOf(call, m), call.span)
         const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
-        send(failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`), call.span)
+        const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
+        if (call.span === undefined) return send(answer)
+        const { tool } = call.listed.target
+        return Effect.currentSpan.pipe(
+          Effect.map((span) => send(answer, span)),
+          Effect.withSpan(`registry.reply ${tool}`, {
+            kind: "server",
+            parent: call.span,
+            attributes: { "rpc.method": "tools/call", "mcp.tool.name": call.listed.name, "mcp.request.id": String(call.id), "mcp.mapped_id": mapped, "sb.conn": conn.id, "user_id": user ?? "" }
+          }),
+          Effect.ignore
+        )
       }
 
       const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {

@@ -1,0 +1,59 @@
+/**
+ * One `tools/call` through the hub is one trace: the client's frame at the edge, the registry
+ * routing it, the edge delivering `browser/executeTool` to the tab, the registry answering, and the
+ * edge delivering the answer. The tab's frames start no trace of their own.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base"
+import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
+import { Telemetry } from "@switchboard/telemetry"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import { busLayer, stack } from "./support/Stack.ts"
+import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+
+const TOOL = "website_tool_shop_example_com_tab1_getCart"
+
+class NotYet extends Error {}
+
+const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId
+const idOf = (s: ReadableSpan) => s.spanContext().spanId
+
+describe("registry tracing", () => {
+  it.scopedLive("one tools/call is one trace, its spans in parent/child order", () =>
+    Effect.gen(function*() {
+      const exporter = new InMemorySpanExporter()
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, tracing: Telemetry.layerMemory("switchboard", exporter) }))
+      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
+      yield* tab(ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
+      const { client } = yield* hub(ws, "alice")
+      yield* toolsUntil(client, (n) => n.includes(TOOL))
+      expect(textOf(yield* Effect.promise(() => client.callTool({ name: TOOL, arguments: { text: "t" } })))).toBe("shop:getCart:t")
+
+      const trace = yield* Effect.suspend(() => {
+        const spans = exporter.getFinishedSpans()
+        const call = spans.find((s) => s.name === `registry.call ${TOOL}`)
+        const trace = call === undefined ? [] : spans.filter((s) => s.spanContext().traceId === call.spanContext().traceId)
+        return trace.length >= 5 ? Effect.succeed(trace) : Effect.fail(new NotYet(spans.map((s) => s.name).join(", ")))
+      }).pipe(Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds"))), Effect.orDie)
+
+      expect(trace.map((s) => s.name).sort()).toEqual(["edge.deliver", "edge.deliver", "edge.receive", `registry.call ${TOOL}`, "registry.reply getCart"])
+      const receive = trace.find((s) => s.name === "edge.receive")!
+      const call = trace.find((s) => s.name.startsWith("registry.call"))!
+      const reply = trace.find((s) => s.name.startsWith("registry.reply"))!
+      const toTab = trace.find((s) => s.name === "edge.deliver" && parentOf(s) === idOf(call))
+      const toClient = trace.find((s) => s.name === "edge.deliver" && parentOf(s) === idOf(reply))
+      expect(receive.attributes["sb.path"]).toBe("/hub")
+      expect(parentOf(call)).toBe(idOf(receive))
+      expect(parentOf(reply)).toBe(idOf(call))
+      expect(toTab).toBeDefined()
+      expect(toClient?.attributes["sb.conn"]).toBe(receive.attributes["sb.conn"])
+      expect(call.attributes).toMatchObject({ "rpc.method": "tools/call", "mcp.tool.name": TOOL, "user_id": "alice", "mcp.tool.domain": "shop.example.com" })
+      expect(call.attributes["mcp.mapped_id"]).toBe(reply.attributes["mcp.mapped_id"])
+      // The tab's answer continued the call's trace rather than starting one.
+      expect(exporter.getFinishedSpans().filter((s) => s.name === "edge.receive" && s.attributes["sb.path"] === "/tabs")).toEqual([])
+    }))
+})
