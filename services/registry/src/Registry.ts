@@ -535,7 +535,8 @@ export const make = Effect.gen(function*() {
         const name = isRecord(request.params) ? String(request.params["name"]) : ""
         return Effect.currentSpan.pipe(
           Effect.map((span) => toolsCall(request, span)),
-          Effect.withSpan(`registry.call ${name}`, {
+          // Tool names are many (per domain and tab): they go in attributes, not span names.
+          Effect.withSpan("registry.call", {
             kind: "server",
             attributes: { "rpc.method": "tools/call", "mcp.tool.name": name, "mcp.request.id": String(request.id), "sb.conn": conn.id, "user_id": user ?? "" }
           }),
@@ -620,10 +621,9 @@ export const make = Effect.gen(function*() {
         const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
         const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
         if (call.span === undefined) return send(answer)
-        const { tool } = call.listed.target
         return Effect.currentSpan.pipe(
           Effect.map((span) => send(answer, span)),
-          Effect.withSpan(`registry.reply ${tool}`, {
+          Effect.withSpan("registry.reply", {
             kind: "server",
             parent: call.span,
             attributes: { "rpc.method": "tools/call", "mcp.tool.name": call.listed.name, "mcp.request.id": String(call.id), "mcp.mapped_id": mapped, "sb.conn": conn.id, "user_id": user ?? "" }
