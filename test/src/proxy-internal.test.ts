@@ -7,6 +7,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Edge } from "@switchboard/edge"
 import { InternalClient, Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
+import { Kv, Subjects } from "@switchboard/bus"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -23,7 +25,7 @@ const start = (env: Record<string, string> = {}, bus = busLayer()) =>
     /** Runs the registry's call in the background, on the stack's bus. */
     const ask = (user: string, method: string, params?: Record<string, unknown>) =>
       InternalClient.request(user, method, params).pipe(Effect.provide(ctx), Effect.fork)
-    return { ws: edge.url.replace("http", "ws"), ask }
+    return { ws: edge.url.replace("http", "ws"), ask, kv: Context.get(ctx, Kv.Kv) }
   })
 
 const failureOf = <A>(fiber: Fiber.Fiber<A, InternalClient.InternalError>) => Effect.flip(Fiber.join(fiber))
@@ -164,4 +166,19 @@ describe("router internal client", () => {
       expect(results).toEqual([1, 2, 3, 4].map((n) => ({ echo: { url: `https://example.com/${n}` } })))
       expect(yield* call(yield* client(ws, "alice"), 2, "list_extensions")).toMatchObject({ result: { extensions: [{ id: ext.id }] } })
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 120_000)
+
+  it.scopedLive("an extension record a crash left behind is passed over for the next extension", () =>
+    Effect.gen(function*() {
+      const { ask, kv, ws } = yield* start()
+      const live = yield* extensionOf(ws, "alice")
+      // Newer than the live one, but no actor answers for its socket.
+      const extensions = yield* kv.bucket(Subjects.Bucket.extensions)
+      const stale = { id: "ext-stale", name: "Gone", user: "alice", conn: "00000000-0000-4000-8000-00000000dead", edge: "edge-gone", connectedAt: Date.now() + 60_000 }
+      yield* extensions.put(Subjects.Key.userExtension("alice", stale.id), JSON.stringify(stale))
+      const pending = yield* ask("alice", "createTab", { url: "https://example.com" })
+      const asked = yield* next(live.c)
+      expect(asked).toMatchObject({ method: "createTab", id: expect.stringMatching(PROXY_ID) })
+      live.c.send({ jsonrpc: "2.0", id: asked.id, result: { tabId: 1 } })
+      expect(yield* Fiber.join(pending)).toEqual({ tabId: 1 })
+    }))
 })

@@ -1,7 +1,8 @@
 /**
  * How other services (the registry) ask a user's connected browser extension to run one proxy
  * method, as the proxy itself: a request to `router.internal`, answered by whichever router replica
- * takes it, on behalf of the user's most recently connected extension.
+ * takes it, on behalf of the user's most recently connected extension (or the next, if that one's
+ * session is gone).
  */
 import { Bus, Subjects } from "@switchboard/bus"
 import { Json, JsonRpc, Proxy } from "@switchboard/protocol"

@@ -593,32 +593,36 @@ export const make = Effect.gen(function*() {
 
   // --- the internal client: other services' requests to a user's extension -----------------
 
-  /** The user's most recently connected extension answers; the router only finds it. */
+  /** One extension's actor asked; `undefined` when its session is gone (a record a crash left behind). */
+  const askExtension = (ext: Proxy.ExtensionRecord, request: Proxy.InternalRequest) =>
+    bus
+      .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), internalRequestCodec.encode(request), {
+        headers: Actors.peerHeaders(Proxy.PeerKind.internal),
+        // The actor times the extension out itself; this only catches an actor that is gone.
+        timeout: Duration.sum(config.internalTimeout, Duration.seconds(1))
+      })
+      .pipe(
+        Effect.map((answer) => {
+          const reply = internalReplyCodec.decode(decoder.decode(answer.data))
+          return Either.isRight(reply) ? reply.right : refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
+        }),
+        Effect.catchTag("NoResponders", () => Effect.succeed(undefined)),
+        Effect.catchAll((e) =>
+          Effect.succeed(refused(ErrorCode.ServerError, `The extension did not answer: ${e._tag === "RequestTimeout" ? `no reply within ${Duration.format(e.timeout)}` : e.message}`))
+        )
+      )
+
+  /** The user's most recently connected extension answers, or the next one if its session is gone. */
   const internalRequest = (request: Proxy.InternalRequest) =>
     Effect.gen(function*() {
       const found = yield* Effect.either(extensions.values(Subjects.Key.userExtensions(request.user)))
       if (Either.isLeft(found)) return refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
-      let newest: Proxy.ExtensionRecord | undefined
-      for (const { value } of found.right) if (newest === undefined || value.connectedAt > newest.connectedAt) newest = value
-      if (newest === undefined) return refused(ErrorCode.ServerError, "No browser extension is connected for this user")
-      const answer = yield* bus
-        .request(Subjects.conn("router", Subjects.ConnId(newest.conn)), internalRequestCodec.encode(request), {
-          headers: Actors.peerHeaders(Proxy.PeerKind.internal),
-          // The actor times the extension out itself; this only catches an actor that is gone.
-          timeout: Duration.sum(config.internalTimeout, Duration.seconds(1))
-        })
-        .pipe(Effect.either)
-      if (Either.isLeft(answer)) {
-        const e = answer.left
-        const why = e._tag === "NoResponders"
-          ? "its session is gone"
-          : e._tag === "RequestTimeout"
-          ? `no reply within ${Duration.format(e.timeout)}`
-          : e.message
-        return refused(ErrorCode.ServerError, `The extension did not answer: ${why}`)
+      const newestFirst = found.right.map(({ value }) => value).sort((a, b) => b.connectedAt - a.connectedAt)
+      for (const ext of newestFirst) {
+        const reply = yield* askExtension(ext, request)
+        if (reply !== undefined) return reply
       }
-      const reply = internalReplyCodec.decode(decoder.decode(answer.right.data))
-      return Either.isRight(reply) ? reply.right : refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
+      return refused(ErrorCode.ServerError, "No browser extension is connected for this user")
     })
 
   yield* bus.subscribe(
