@@ -15,6 +15,7 @@ import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as z from "zod"
 import { closedWith, connect } from "./support/Client.ts"
@@ -207,6 +208,7 @@ describe("MCP-B tool registry", () => {
       const ws = yield* start()
       const server = new McpServer({ name: "long", version: "1.0.0" })
       let aborted = false
+      let holding = false
       const hold = gate()
       server.registerTool("long", { inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
         for (let i = 1; i <= steps; i++) {
@@ -220,7 +222,10 @@ describe("MCP-B tool registry", () => {
           await new Promise((resolve) => setTimeout(resolve, 20))
         }
         extra.signal.addEventListener("abort", () => (aborted = true))
-        if (steps > 2) await hold.promise
+        if (steps > 2) {
+          holding = true
+          await hold.promise
+        }
         return { content: [{ type: "text", text: `done ${steps}` }] }
       })
       yield* tab(ws, server, { user: "alice", tabId: 1, url: "https://work.example.com/" })
@@ -238,7 +243,7 @@ describe("MCP-B tool registry", () => {
         client.callTool({ name: "website_tool_work_example_com_tab1_long", arguments: { steps: 3 } }, undefined, { signal: abort.signal }).then(() => "finished", () => "rejected")
       )
       const fiber = yield* Effect.fork(cancelled)
-      yield* Effect.sleep("100 millis")
+      yield* until(() => holding, "the call reached the page")
       abort.abort("changed my mind")
       expect(yield* fiber.await.pipe(Effect.flatten)).toBe("rejected")
       yield* until(() => aborted, "the tab's handler saw the cancel")
@@ -371,7 +376,10 @@ describe("/tabs: what a tab may send", () => {
 
   it.scopedLive("invalid tools are rejected and the rest register; the same list again changes nothing", () =>
     Effect.gen(function*() {
-      const ws = yield* start()
+      const ctx = yield* build()
+      const ws = wsOf(ctx)
+      const tabs = yield* Context.get(ctx, Kv.Kv).bucket(Subjects.Bucket.tabs)
+      const revision = Effect.map(tabs.get(Subjects.Key.tab("alice", "x.example.com", 1)), (e) => Option.getOrThrow(e).revision)
       const t = yield* rawTab(ws)
       t.send(hello(1, "https://x.example.com/"))
       t.send({
@@ -402,10 +410,12 @@ describe("/tabs: what a tab may send", () => {
         "website_tool_x_example_com_tab1_ok"
       ])
       const before = changes.length
+      const written = yield* revision
       t.send(register([tool("also-ok", { description: "fine" }), tool("ok")]))
       t.send({ jsonrpc: "2.0", id: "sync", method: "browser/updateTools", params: { tools: [tool("also-ok", { description: "fine" }), tool("ok")] } })
+      // Answered after the tab's record would have been written: it was not, so nobody is told.
       expect(yield* t.next).toMatchObject({ id: "sync", result: { registered: 2 } })
-      yield* Effect.sleep("100 millis")
+      expect(yield* revision).toBe(written)
       expect(changes.length).toBe(before)
     }))
 
@@ -424,19 +434,29 @@ describe("/tabs: what a tab may send", () => {
 
   it.scopedLive("a reconnect with the same tab id replaces the old socket", () =>
     Effect.gen(function*() {
-      const ws = yield* start()
+      const ctx = yield* build()
+      const ws = wsOf(ctx)
+      const kv = Context.get(ctx, Kv.Kv)
+      const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), RegistryProtocol.TabRecord)
+      const connections = yield* kv.bucket(Subjects.Bucket.connections)
       const old = yield* rawTab(ws)
       old.send(hello(3, "https://z.example.com/"))
       old.send(register([tool("a")]))
       const { client } = yield* hub(ws, "alice")
       yield* toolsUntil(client, (n) => n.length === 1)
+      const key = Subjects.Key.tab("alice", "z.example.com", 3)
+      const oldConn = Option.getOrThrow(yield* tabs.get(key)).value.conn
       const fresh = yield* rawTab(ws)
       fresh.send(hello(3, "https://z.example.com/reloaded"))
       expect(yield* closedWith(old)).toMatchObject({ code: 1000, reason: expect.stringContaining("replaced") })
       fresh.send(register([tool("b")]))
       yield* toolsUntil(client, (n) => n.length === 1 && n[0] === "website_tool_z_example_com_tab3_b")
-      // The old socket's goodbye does not remove the new entry.
-      yield* Effect.sleep("100 millis")
+      // The old socket's goodbye (its actor ends, and its connection record goes) does not remove the new entry.
+      yield* connections.get(oldConn).pipe(
+        Effect.filterOrFail(Option.isNone, () => "the old socket's actor is still there"),
+        Effect.retry({ schedule: Schedule.spaced("10 millis"), times: 500 }),
+        Effect.orDie
+      )
       expect((yield* Effect.promise(() => client.listTools())).tools.map((x) => x.name)).toEqual(["website_tool_z_example_com_tab3_b"])
     }))
 

@@ -44,6 +44,12 @@ const LIST_CHANGED = notification("notifications/tools/list_changed")
 /** Close reasons travel in a close frame: at most 123 bytes. */
 const closeReason = (s: string) => (Buffer.byteLength(s) <= 123 ? s : `${Buffer.from(s).subarray(0, 120).toString()}...`)
 const sameJson = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
+/** The same tools, in whatever order the page lists them. */
+const sameTools = (a: ReadonlyArray<Registry.Tool>, b: ReadonlyArray<Registry.Tool>) => {
+  if (a.length !== b.length) return false
+  const byName = new Map(b.map((t) => [t.name, t]))
+  return a.every((t) => sameJson(t, byName.get(t.name)))
+}
 
 /** The host (with port) of an http(s) URL, or undefined. */
 const hostOf = (url: string): string | undefined => {
@@ -200,7 +206,7 @@ export const make = Effect.gen(function*() {
           const tabUrl = decoded.right.tabUrl
           const url = tabUrl !== undefined && hostOf(tabUrl) === current.domain ? tabUrl : current.url
           // Idempotent: the same list again changes nothing and tells nobody.
-          if (url !== current.url || !sameJson(accepted, current.tools)) {
+          if (url !== current.url || !sameTools(accepted, current.tools)) {
             yield* save({ ...current, url, tools: accepted, updatedAt: Date.now() })
           }
           for (const tool of accepted) {
