@@ -38,7 +38,8 @@ export interface LoadOptions {
 
 const defaultFrame = (n: number) => `{"jsonrpc":"2.0","id":${n},"method":"bench/echo","params":{"n":${n}}}`
 
-const open = (url: string) =>
+/** A client socket, once open (no compression, as every target is measured). */
+export const open = (url: string) =>
   new Promise<WebSocket>((resolve, reject) => {
     const ws = new WebSocket(url, { perMessageDeflate: false })
     ws.once("open", () => resolve(ws))

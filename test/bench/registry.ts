@@ -6,9 +6,8 @@
  * embedded bus and distributed (tabs on edge A, sessions on edge B, each service a process) on NATS.
  */
 import * as Effect from "effect/Effect"
-import { WebSocket } from "ws"
 import { answer, isId, isRecord, parseRecord } from "./frames.ts"
-import { percentile } from "./load.ts"
+import { open, percentile } from "./load.ts"
 import { measure, type Target } from "./measure.ts"
 import { issueToken, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
 import { print, report, round2 } from "./report.ts"
@@ -19,13 +18,6 @@ const WARMUP_ROUNDS = 10
 const TOOLS = 10
 const tools = (prefix: string) =>
   Array.from({ length: TOOLS }, (_, i) => ({ name: `${prefix}${i}`, description: `bench tool ${i}`, inputSchema: { type: "object" } }))
-
-const open = (url: string) =>
-  new Promise<WebSocket>((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false })
-    ws.once("open", () => resolve(ws))
-    ws.once("error", reject)
-  })
 
 /** A tab that answers every `browser/executeTool` at once with an empty result. */
 const benchTab = async (url: string, tabId: number, domain: string, prefix: string) => {
