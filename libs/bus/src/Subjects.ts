@@ -84,10 +84,10 @@ export const Bucket = {
   /** MCPx: topic → the replica sequencing it; topic.participant → membership. */
   topics: { name: "broker_topics" },
   members: { name: "broker_members" },
-  /** MCP-B: user.domain.tab → a tab and its tools; user.domain.tool → a cached tool; conn → a hub session. */
+  /** MCP-B: user.domain.tab → a tab and its tools; user.domain.tool → a cached tool; conn → a socket's session. */
   tabs: { name: "registry_tabs" },
   cachedTools: { name: "registry_cached_tools" },
-  hubSessions: { name: "registry_sessions" }
+  registrySessions: { name: "registry_sessions" }
 } as const satisfies Record<string, BucketSpec>
 
 /** KV keys use `.` as a token separator, so a prefix is a subject-style filter (`a.b.>`). */
@@ -109,6 +109,5 @@ export const Key = {
   /** Everything of one user in a registry bucket (tabs or cached tools). */
   userTools: (user: string): string => `${tokenOf(user)}.>`,
   tab: (user: string, domain: string, tabId: number): string => `${tokenOf(user)}.${tokenOf(domain)}.${tabId}`,
-  cachedTool: (user: string, domain: string, tool: string): string => `${tokenOf(user)}.${tokenOf(domain)}.${tokenOf(tool)}`,
-  hubSession: (connId: ConnId): string => connId
+  cachedTool: (user: string, domain: string, tool: string): string => `${tokenOf(user)}.${tokenOf(domain)}.${tokenOf(tool)}`
 } as const

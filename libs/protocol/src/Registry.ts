@@ -32,7 +32,7 @@ export const Tool = Schema.Struct({
 })
 export type Tool = typeof Tool.Type
 
-/** MCP caps tool names at 128 characters; a page's own name must leave room for nothing less. */
+/** MCP caps tool names at 128 characters; a page's own tool name may be no longer. */
 export const MaxToolName = 128
 
 /**
@@ -121,6 +121,6 @@ export type SessionRecord = typeof SessionRecord.Type
 export const PeerKind = {
   /** Tab actor → hub actor: a response or progress notification from the tab, with the tab's conn. */
   fromTab: "from-tab",
-  /** An actor to itself: something happened outside its mailbox (its view changed, a timer). */
+  /** A `/hub` session's actor to itself: its user's view changed, outside its mailbox. */
   wake: "wake"
 } as const
