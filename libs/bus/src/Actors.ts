@@ -16,7 +16,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type BusShape, type Headers, text } from "./Bus.ts"
+import { Bus, type BusMessage, type BusShape, type Headers, text, toBytes } from "./Bus.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
@@ -179,14 +179,12 @@ class LocalMessage implements BusMessage {
   ) {}
   /** Encoded on first use: a receiver that takes `value` never needs the bytes. */
   get data() {
-    return (this.bytes ??= typeof this.raw === "string" ? encoder.encode(this.raw) : this.raw)
+    return (this.bytes ??= toBytes(this.raw))
   }
   header(name: string) {
     return this.headers[name]
   }
 }
-
-const encoder = new TextEncoder()
 
 const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
   traceparent === undefined
