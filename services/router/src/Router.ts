@@ -7,7 +7,7 @@
  * extension's actor then asks it as the proxy itself, with `proxy:` ids, and owns those requests.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -318,7 +318,6 @@ export const make = Effect.gen(function*() {
   interface Pending {
     readonly id: JsonRpc.Id
     readonly method: string
-    readonly timer: ReturnType<typeof setTimeout>
     readonly span: Tracer.AnySpan | undefined
   }
 
@@ -355,7 +354,7 @@ export const make = Effect.gen(function*() {
           }
         }
       }
-      const pending = new Map<string, Pending>()
+      const pending = new TimedMap<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
       const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
 
       const send = (data: string, span?: Tracer.AnySpan) =>
@@ -363,10 +362,7 @@ export const make = Effect.gen(function*() {
 
       /** Fails everything in flight at once, as when the extension goes away. */
       const failPending = (message: string) => {
-        for (const p of pending.values()) {
-          clearTimeout(p.timer)
-          send(failure(p.id, ErrorCode.ServerError, message))
-        }
+        for (const p of pending.values()) send(failure(p.id, ErrorCode.ServerError, message))
         pending.clear()
       }
 
@@ -467,10 +463,7 @@ export const make = Effect.gen(function*() {
         const mapped = `${session.connectionId}:${String(request.id)}`
         if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
         if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
-        const timer = setTimeout(() => {
-          if (pending.delete(mapped)) send(failure(request.id, ErrorCode.ServerError, timedOut))
-        }, timeoutMillis)
-        pending.set(mapped, { id: request.id, method: request.method, timer, span })
+        pending.set(mapped, { id: request.id, method: request.method, span })
         // The spec's optional routing field never reaches the extension.
         const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
         session.extension.send(JSON.stringify({ ...rest, jsonrpc: "2.0", id: mapped }), span && Telemetry.traceHeaders(span).traceparent)
@@ -533,7 +526,6 @@ export const make = Effect.gen(function*() {
         const p = pending.get(mapped)
         if (p === undefined) return // late: timed out, or the client disconnected since
         pending.delete(mapped)
-        clearTimeout(p.timer)
         const answer = "result" in response || "error" in response
           ? JSON.stringify({ ...response, jsonrpc: "2.0", id: p.id })
           : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
@@ -580,7 +572,6 @@ export const make = Effect.gen(function*() {
 
       const onClosed = () =>
         Effect.suspend(() => {
-          for (const p of pending.values()) clearTimeout(p.timer)
           pending.clear()
           const ended = session
           session = undefined
