@@ -79,9 +79,13 @@ export const RegisterTools = Schema.Struct({
 })
 export type RegisterTools = typeof RegisterTools.Type
 
-/** The tab's answer to `browser/executeTool`. */
-export const ExecuteResult = Schema.Struct({ success: Schema.Boolean, payload: Schema.Unknown })
-export type ExecuteResult = typeof ExecuteResult.Type
+/** The tab's answer to `browser/executeTool`: `payload` is a `CallToolResult`, or an error string. */
+export interface ExecuteResult {
+  readonly success: boolean
+  readonly payload: unknown
+}
+/** Checked by hand rather than by a Schema: it runs on every tool call, and only `success` has a type to check. */
+export const isExecuteResult = (u: unknown): u is ExecuteResult => isRecord(u) && typeof u["success"] === "boolean"
 
 /** One open tab and its tools (`registry_tabs`, key user.domain.tab), written by the tab's actor. */
 export const TabRecord = Schema.Struct({

@@ -7,7 +7,7 @@
  * comes back through the tab's actor as a peer message.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Kv, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
@@ -34,7 +34,6 @@ const isRecord = JsonRpc.isRecord
 
 const decodeHello = Schema.decodeUnknownEither(Registry.Hello)
 const decodeRegister = Schema.decodeUnknownEither(Registry.RegisterTools)
-const decodeExecuteResult = Schema.decodeUnknownEither(Registry.ExecuteResult)
 
 const notification = (method: string, params?: Record<string, unknown>) =>
   JSON.stringify(params === undefined ? { jsonrpc: "2.0", method } : { jsonrpc: "2.0", method, params })
@@ -285,6 +284,7 @@ export const make = Effect.gen(function*() {
     /** The id of the attempt in flight, and the tab it went to. */
     mapped: string | undefined
     tab: Registry.TabRecord | undefined
+    /** While it waits for a tab to open, or to be retried; an attempt in flight times out in `byMapped`. */
     timer: ReturnType<typeof setTimeout> | undefined
   }
 
@@ -305,7 +305,13 @@ export const make = Effect.gen(function*() {
       let shown: Naming.Aggregate | undefined
       let wakeQueued = false
       const calls = new Map<string, Call>()
-      const byMapped = new Map<string, Call>()
+      /** Attempts in flight by mapped id; an attempt's tab gets `notifications/cancelled` once it times out. */
+      const byMapped = new TimedMap<string, Call>(callTimeoutMillis, (mapped, call) => {
+        const tab = call.tab
+        if (tab === undefined) return
+        socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
+        fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`)
+      })
       let seq = 0
 
       const send = (data: string, span?: Tracer.AnySpan) => conn.send(data, span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
@@ -384,6 +390,7 @@ export const make = Effect.gen(function*() {
 
       const sendTo = (call: Call, tab: Registry.TabRecord) => {
         if (call.timer !== undefined) clearTimeout(call.timer)
+        call.timer = undefined
         if (call.mapped !== undefined) byMapped.delete(call.mapped)
         const mapped = `${conn.id}:${++seq}`
         call.attempts++
@@ -392,10 +399,6 @@ export const make = Effect.gen(function*() {
         call.tab = tab
         byMapped.set(mapped, call)
         call.span?.attribute("mcp.mapped_id", mapped)
-        call.timer = setTimeout(() => {
-          socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
-          fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`)
-        }, callTimeoutMillis)
         const params = {
           toolName: call.listed.target.tool,
           args: call.args,
@@ -661,9 +664,9 @@ export const make = Effect.gen(function*() {
       const error = m["error"]
       return failure(call.id, typeof error["code"] === "number" ? error["code"] : ErrorCode.InternalError, String(error["message"] ?? "the tab failed"))
     }
-    const decoded = decodeExecuteResult(m["result"])
-    if (Either.isLeft(decoded)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
-    const { payload, success } = decoded.right
+    const answered = m["result"]
+    if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
+    const { payload, success } = answered
     const text = typeof payload === "string" ? payload : JSON.stringify(payload)
     if (!success) return result(call.id, { content: [{ type: "text", text }], isError: true })
     return result(call.id, isRecord(payload) && Array.isArray(payload["content"]) ? payload : { content: [{ type: "text", text }] })
