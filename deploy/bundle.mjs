@@ -1,10 +1,14 @@
-// Bundles the current package's src/main.ts into dist/main.js, a single file that runs on plain
-// Node with no node_modules: what the container image ships. Run by each deployable's `build`.
+// Bundles one entry point into a single file that runs on plain Node with no node_modules: what
+// the container image ships. Each deployable's `build` runs it with the defaults (src/main.ts into
+// dist/main.js); the benchmark bundles what it measures the same way.
+// Usage: node deploy/bundle.mjs [entry = src/main.ts] [outfile = dist/main.js]
 import { build } from "esbuild"
 
+const [entry = "src/main.ts", outfile = "dist/main.js"] = process.argv.slice(2)
+
 await build({
-  entryPoints: ["src/main.ts"],
-  outfile: "dist/main.js",
+  entryPoints: [entry],
+  outfile,
   bundle: true,
   platform: "node",
   target: "node20",

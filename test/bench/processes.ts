@@ -7,8 +7,9 @@ import { Tokens } from "@switchboard/auth"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { appendFileSync, readdirSync, readFileSync } from "node:fs"
+import { basename, dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
@@ -37,9 +38,9 @@ const baseEnv = (): NodeJS.ProcessEnv => {
 }
 
 /**
- * `node --import tsx <file> ...args` for as long as the scope lives. It is ready once its stdout has
- * matched every pattern; the first capture group seen is its port. Stdout keeps being read after
- * that, since a child blocks once a pipe nobody reads is full.
+ * `node <file, bundled> ...args` (see `bundle`) for as long as the scope lives. It is ready once its
+ * stdout has matched every pattern; the first capture group seen is its port. Stdout keeps being
+ * read after that, since a child blocks once a pipe nobody reads is full.
  */
 const startProcess = (
   name: string,
@@ -51,7 +52,7 @@ const startProcess = (
   Effect.acquireRelease(
     Effect.async<Started, Error>((resume) => {
       const profile = PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]
-      const child = spawn(process.execPath, [...profile, "--import", "tsx", file, ...args], {
+      const child = spawn(process.execPath, [...profile, "--enable-source-maps", bundle(file), ...args], {
         cwd: root,
         env: { ...baseEnv(), ...env },
         stdio: ["ignore", "pipe", "inherit"]
@@ -83,6 +84,24 @@ const startProcess = (
         child.kill("SIGTERM")
       })
   )
+
+/**
+ * The bench measures what ships: each entry point bundled as the image bundles it
+ * (deploy/bundle.mjs), once per bench run, into a `dist` folder beside its `src` (a service's
+ * `dist/main.js` is its build output). Not tsx: it compiles with esbuild's keepNames, which names
+ * every closure as it is created, and the hot paths create some per message.
+ */
+const bundles = new Map<string, string>()
+const bundle = (entry: string): string => {
+  let out = bundles.get(entry)
+  if (out === undefined) {
+    const source = dirname(entry)
+    out = join(basename(source) === "src" ? dirname(source) : source, "dist", `${basename(entry, ".ts")}.js`)
+    execFileSync(process.execPath, [join(root, "deploy/bundle.mjs"), entry, out], { cwd: root, stdio: "inherit" })
+    bundles.set(entry, out)
+  }
+  return out
+}
 
 /** A server kind of servers.ts (prints `READY <port>`). */
 export const startServer = (kind: string, env: Readonly<Record<string, string>> = {}) =>

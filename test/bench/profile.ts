@@ -5,14 +5,14 @@
  * self time (any code, GC and native included as V8 names them), then the top functions of the
  * repository's own code by total time (itself and what it calls), which is where changes go.
  *
- * tsx runs the repository's TypeScript minified onto a few lines, so a position V8 reports is
- * mapped back through the source map tsx cached for that file (the newest compiled before the
- * process was ready); `code` quotes the compiled code there, which is exact even if the file
- * has been edited since.
+ * A position V8 reports is mapped back to the TypeScript through a source map: the bundle's own
+ * (the bench runs bundles), or, for a process run under tsx, the one tsx cached for that file (the
+ * newest compiled before the process was ready). `code` quotes the compiled code there, which is
+ * exact even if the source has been edited since.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 
 interface CallFrame {
   readonly functionName: string
@@ -83,8 +83,8 @@ for (const entry of cacheEntries) {
 
 const BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
-/** One source-map segment as absolute [generated column, source line, source column]. */
-type Segment = readonly [number, number, number]
+/** One source-map segment as absolute [generated column, source index, source line, source column]. */
+type Segment = readonly [number, number, number, number]
 
 const decodeMappings = (mappings: string): ReadonlyArray<ReadonlyArray<Segment>> => {
   const lines: Array<Array<Segment>> = []
@@ -108,45 +108,78 @@ const decodeMappings = (mappings: string): ReadonlyArray<ReadonlyArray<Segment>>
         }
       }
       fields.forEach((delta, i) => (state[i] = (state[i] ?? 0) + delta))
-      if (fields.length >= 4) segments.push([state[0] ?? 0, state[2] ?? 0, state[3] ?? 0])
+      if (fields.length >= 4) segments.push([state[0] ?? 0, state[1] ?? 0, state[2] ?? 0, state[3] ?? 0])
     }
     lines.push(segments)
   }
   return lines
 }
 
-const loaded = new Map<string, { readonly code: ReadonlyArray<string>; readonly lines: ReadonlyArray<ReadonlyArray<Segment>> } | undefined>()
-/** The version of `path` a process ready at `readyAt` ran. */
-const compiledFor = (path: string, readyAt: number) => {
+interface Mapped {
+  readonly code: ReadonlyArray<string>
+  readonly sources: ReadonlyArray<string>
+  readonly lines: ReadonlyArray<ReadonlyArray<Segment>>
+}
+const loaded = new Map<string, Mapped | undefined>()
+const load = (file: string, read: () => Compiled) => {
+  if (!loaded.has(file)) {
+    const entry = read()
+    loaded.set(file, { code: entry.code.split("\n"), sources: entry.map.sources, lines: decodeMappings(entry.map.mappings) })
+  }
+  return loaded.get(file)
+}
+/**
+ * The compiled code a process ran at `path`, with its source map: a bundle (the bench runs
+ * bundles; its map lies beside it), or the version tsx compiled of `path` last before the process
+ * was ready (tests and `npm start` run under tsx).
+ */
+const compiledFor = (path: string, readyAt: number): Mapped | undefined => {
+  if (path.endsWith(".js") && !path.includes("node_modules/")) {
+    try {
+      const map = JSON.parse(readFileSync(`${path}.map`, "utf8")) as Compiled["map"]
+      return load(path, () => ({ code: readFileSync(path, "utf8"), map: { ...map, sources: map.sources.map((s) => join(dirname(path), s)) } }))
+    } catch {
+      return undefined
+    }
+  }
   const versions = (compiled.get(path) ?? []).filter((v) => v.mtime <= readyAt).sort((a, b) => b.mtime - a.mtime)
   const version = versions[0]
-  if (version === undefined) return undefined
-  if (!loaded.has(version.file)) {
-    const entry = JSON.parse(readFileSync(version.file, "utf8")) as Compiled
-    loaded.set(version.file, { code: entry.code.split("\n"), lines: decodeMappings(entry.map.mappings) })
-  }
-  return loaded.get(version.file)
+  return version === undefined ? undefined : load(version.file, () => JSON.parse(readFileSync(version.file, "utf8")) as Compiled)
 }
 
 /** `file:line` relative to the repository or node_modules, which is all a reader needs to find it. */
 const shorten = (url: string) =>
   url.includes("node_modules/") ? url.slice(url.lastIndexOf("node_modules/") + 13) : url.replace(/^.*?\/(libs|services|test)\//, "$1/")
 
-const describe = (frame: CallFrame, readyAt: number): { readonly at: string; readonly code?: string } => {
+interface Place {
+  /** The source file, or the file V8 reports when there is no map. */
+  readonly source: string
+  readonly at: string
+  readonly code?: string
+}
+const places = new Map<CallFrame, Place>()
+const place = (frame: CallFrame, readyAt: number): Place => {
+  let found = places.get(frame)
+  if (found !== undefined) return found
   const path = frame.url.replace(/^file:\/\//, "").replace(/\?.*$/, "")
-  if (path === "") return { at: "(native)" }
-  const version = /\/(libs|services)\//.test(path) && !path.includes("node_modules/") ? compiledFor(path, readyAt) : undefined
-  if (version === undefined) return { at: `${shorten(path)}:${frame.lineNumber + 1}` }
-  const segments = version.lines[frame.lineNumber] ?? []
-  let found: Segment | undefined
-  for (const s of segments) if (s[0] <= frame.columnNumber) found = s
-  const code = (version.code[frame.lineNumber] ?? "").slice(frame.columnNumber, frame.columnNumber + 70)
-  return { at: `${shorten(path)}:${found === undefined ? "?" : found[1] + 1}`, code }
+  const version = path === "" ? undefined : compiledFor(path, readyAt)
+  if (path === "") found = { source: "", at: "(native)" }
+  else if (version === undefined) found = { source: path, at: `${shorten(path)}:${frame.lineNumber + 1}` }
+  else {
+    let segment: Segment | undefined
+    for (const s of version.lines[frame.lineNumber] ?? []) if (s[0] <= frame.columnNumber) segment = s
+    const source = segment === undefined ? path : (version.sources[segment[1]] ?? path)
+    const code = (version.code[frame.lineNumber] ?? "").slice(frame.columnNumber, frame.columnNumber + 70)
+    found = { source, at: `${shorten(source)}:${segment === undefined ? "?" : segment[2] + 1}`, code }
+  }
+  places.set(frame, found)
+  return found
 }
 
 // --- counting ------------------------------------------------------------------------------
 
-const ours = (frame: CallFrame) => /\/(libs|services)\//.test(frame.url) && !frame.url.includes("node_modules/")
+/** The repository's own code (a bundle holds its dependencies too, so the source decides). */
+const ours = (source: string) => /\/(libs|services)\//.test(source) && !source.includes("node_modules/")
 const add = (counts: Map<string, number>, key: string) => counts.set(key, (counts.get(key) ?? 0) + 1)
 const pct = (n: number, of: number) => Math.round((n / Math.max(1, of)) * 1000) / 10
 
@@ -178,7 +211,7 @@ for (const file of readdirSync(dir).filter((f) => f.endsWith(".cpuprofile")).sor
     const onStack = new Set<string>()
     for (let node: number | undefined = id; node !== undefined; node = parent.get(node)) {
       const f = byId.get(node)
-      if (f === undefined || !ours(f)) continue
+      if (f === undefined || !ours(place(f, readyAt).source)) continue
       frames.set(keyOf(f), f)
       onStack.add(keyOf(f))
     }
@@ -191,7 +224,8 @@ for (const file of readdirSync(dir).filter((f) => f.endsWith(".cpuprofile")).sor
     for (const [key, n] of [...counts].sort((a, b) => b[1] - a[1]).slice(0, top)) {
       const frame = frames.get(key)
       if (frame === undefined) continue
-      console.log(JSON.stringify({ process: who, kind, pct: pct(n, busy), function: frame.functionName || "(anonymous)", ...describe(frame, readyAt) }))
+      const { at, code } = place(frame, readyAt)
+      console.log(JSON.stringify({ process: who, kind, pct: pct(n, busy), function: frame.functionName || "(anonymous)", at, ...(code === undefined ? {} : { code }) }))
     }
   }
   print("self", self)

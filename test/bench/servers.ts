@@ -1,6 +1,7 @@
 /**
  * The servers a benchmark measures, each run as its own process so that the load generator does
- * not share its event loop: `node --import tsx servers.ts <kind>` prints `READY <port>`.
+ * not share its event loop: `servers.ts <kind>`, bundled like the services (processes.ts), prints
+ * `READY <port>`.
  *
  * - plain:  a `ws` echo server, the baseline.
  * - relay:  a hand-written ws → NATS → echo → NATS → ws relay, what a minimal bus hop costs.
