@@ -63,6 +63,25 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
           })
         ))
 
+      it.scoped("reads each header by its whole name; an empty value reads as absent", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const q = yield* collect("h")
+            // Names that prefix one another, in both orders, and values with spaces and non-ASCII text.
+            yield* bus.publish("h", "", { "sb-conns": "c1,c2", "sb-conn": "c3", "sb-reason": "closed: tab gone (Zürich ✓)", "sb-code": "" })
+            yield* bus.publish("h", "", { "sb-conn": "c4", "sb-conns": "c5" })
+            const [first, second] = yield* takeN(q, 2)
+            expect(first!.header("sb-conn")).toBe("c3")
+            expect(first!.header("sb-conns")).toBe("c1,c2")
+            expect(first!.header("sb-reason")).toBe("closed: tab gone (Zürich ✓)")
+            expect(first!.header("sb-code")).toBeUndefined()
+            expect(first!.header("sb")).toBeUndefined()
+            expect(second!.header("sb-conns")).toBe("c5")
+            expect(second!.header("sb-conn")).toBe("c4")
+          })
+        ))
+
       it.scoped("matches * to one token and > to the rest", () =>
         withBus(
           Effect.gen(function*() {
