@@ -54,6 +54,18 @@ const parse = (text: string): Either.Either<unknown, string> => {
     return Either.left(e instanceof Error ? e.message : "invalid JSON")
   }
 }
+/**
+ * A message just parsed from a frame, readied to be passed on (under another id, if given):
+ * `jsonrpc` filled in, and the spec's optional `connectionId` routing field dropped, so it never
+ * reaches the extension. Changed in place, since the parse made it for this one use.
+ */
+const relayed = (message: object, id?: JsonRpc.Id): object => {
+  const fields = message as Record<string, unknown>
+  if (id !== undefined) fields["id"] = id
+  if (fields["jsonrpc"] === undefined) fields["jsonrpc"] = "2.0"
+  if ("connectionId" in fields) delete fields["connectionId"]
+  return fields
+}
 const isReserved = (id: JsonRpc.Id) => typeof id === "string" && Proxy.ReservedPrefixes.some((p) => id.startsWith(p))
 const tokenOf = (p: { readonly accessToken?: string | undefined; readonly access_token?: string | undefined }) =>
   p.accessToken ?? p.access_token
@@ -464,9 +476,7 @@ export const make = Effect.gen(function*() {
         if (pending.has(mapped)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
         if (span !== undefined) span.attribute("mcp.mapped_id", mapped)
         pending.set(mapped, { id: request.id, method: request.method, span })
-        // The spec's optional routing field never reaches the extension.
-        const { connectionId: _routing, ...rest } = request as JsonRpc.Request & { readonly connectionId?: unknown }
-        session.extension.send(JSON.stringify({ ...rest, jsonrpc: "2.0", id: mapped }), span && Telemetry.traceHeaders(span).traceparent)
+        session.extension.send(JSON.stringify(relayed(request, mapped)), span && Telemetry.traceHeaders(span).traceparent)
       }
 
       const onRequest = (request: JsonRpc.Request, frame: Actors.Frame): Effect.Effect<void> | void => {
@@ -509,8 +519,7 @@ export const make = Effect.gen(function*() {
         const incoming = decoded.right
         if (incoming._tag === "Request") return onRequest(incoming.message, frame)
         if (incoming._tag === "Notification" && session !== undefined && user !== undefined) {
-          const { connectionId: _routing, ...rest } = incoming.message as JsonRpc.Notification & { readonly connectionId?: unknown }
-          session.extension.send(JSON.stringify({ ...rest, jsonrpc: "2.0" }))
+          session.extension.send(JSON.stringify(relayed(incoming.message)))
         }
         // A client answers nothing; its stray responses and notifications before connect go nowhere.
       }
@@ -527,7 +536,7 @@ export const make = Effect.gen(function*() {
         if (p === undefined) return // late: timed out, or the client disconnected since
         pending.delete(mapped)
         const answer = "result" in response || "error" in response
-          ? JSON.stringify({ ...response, jsonrpc: "2.0", id: p.id })
+          ? JSON.stringify(relayed(response, p.id))
           : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
         if (p.span === undefined) return send(answer)
         return Effect.currentSpan.pipe(
