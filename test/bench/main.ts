@@ -11,7 +11,7 @@ import { WebSocket } from "ws"
 import { measure, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
 import { registrySuite } from "./registry.ts"
-import { issueToken, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
+import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
 import { report } from "./report.ts"
 import { answer, isId, isRecord, parseRecord } from "./frames.ts"
 
@@ -172,7 +172,7 @@ const proxySuite = Effect.gen(function*() {
       // The extension on edge A and the clients on edge B: every request crosses edges over NATS.
       return yield* proxyTarget(
         "switchboard-distributed",
-        { server: [edgeA, edgeB], apart: { router } },
+        { server: [edgeA, edgeB], apart: { router, nats: natsProcess(natsUrl), bench: benchProcess } },
         wsUrl(edgeA, "/extension"),
         wsUrl(edgeB, "/mcp"),
         token

@@ -7,10 +7,10 @@
 import * as Effect from "effect/Effect"
 import {
   costs,
-  findProcess,
   type Groups,
   issueToken,
   machineCpuUs,
+  natsProcess,
   type Measured,
   profileWindow,
   Ready,
@@ -205,9 +205,7 @@ const distributed = withNats((natsUrl) =>
       { concurrency: "unbounded" }
     )
     const edges: ReadonlyArray<Started> = [edgeA, edgeB, edgeC]
-    const port = new URL(natsUrl).port
-    const nats = findProcess("nats", (command) => command.includes("nats-server") && command.includes(` -p ${port} `))
-    if (nats === undefined) console.error(`mcpx: no nats-server process for port ${port} is visible; nats_* is not reported`)
+    const nats = natsProcess(natsUrl)
     const servers = [auth, broker, ...edges]
     return yield* measure({
       name: "switchboard-distributed",

@@ -1,7 +1,7 @@
 /** Closed-loop throughput of one running target at every load shape, with its processes' CPU and RSS. */
 import * as Effect from "effect/Effect"
 import { type LoadOptions, run, type Shape } from "./load.ts"
-import { costs, type Groups, profileWindow, sample, type Started, type Usage } from "./processes.ts"
+import { costs, type Groups, type Measured, profileWindow, sample, type Started, type Usage } from "./processes.ts"
 import type { ThroughputLine } from "./report.ts"
 
 export const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
@@ -16,7 +16,7 @@ export interface Target {
   /** Reported as `server_*`, summed: the one process, or every edge. */
   readonly server: ReadonlyArray<Started>
   /** Reported apart as `<key>_rss_mb` and `<key>_cpu_us_per_msg`. */
-  readonly apart?: Readonly<Record<string, Started>>
+  readonly apart?: Readonly<Record<string, Measured | undefined>>
   readonly load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">
 }
 
@@ -26,7 +26,7 @@ export const measure = (suite: string, target: Target) =>
     Effect.gen(function*() {
       const groups: Groups = [
         ["server", target.server],
-        ...Object.entries(target.apart ?? {}).map(([key, p]) => [key, [p]] as const)
+        ...Object.entries(target.apart ?? {}).flatMap(([key, p]) => (p === undefined ? [] : [[key, [p]] as const]))
       ]
       let opened: ReadonlyArray<Usage> = []
       let closed: ReadonlyArray<Usage> = []

@@ -207,6 +207,17 @@ export const findProcess = (name: string, matches: (commandLine: string) => bool
   return undefined
 }
 
+/** The nats-server serving `natsUrl` (in its container, seen from the host), if this machine can see it. */
+export const natsProcess = (natsUrl: string): Measured | undefined => {
+  const port = new URL(natsUrl).port
+  const found = findProcess("nats", (command) => command.includes("nats-server") && command.includes(` -p ${port} `))
+  if (found === undefined) console.error(`no nats-server process for port ${port} is visible; nats_* is not reported`)
+  return found
+}
+
+/** The bench process itself: the load generator, and the extension or tab that answers. */
+export const benchProcess: Measured = { name: "bench", pid: process.pid }
+
 /** Processes reported together under one key, as `<key>_rss_mb` and `<key>_cpu_us_per_<unit>`. */
 export type Groups = ReadonlyArray<readonly [string, ReadonlyArray<Measured>]>
 

@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import { answer, isId, isRecord, parseRecord } from "./frames.ts"
 import { open, percentile } from "./load.ts"
 import { measure, type Target } from "./measure.ts"
-import { issueToken, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
+import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
 import { print, report, round2 } from "./report.ts"
 
 const ROUNDS = Number(process.env["BENCH_REGISTRY_ROUNDS"] ?? 100)
@@ -181,7 +181,8 @@ export const registrySuite = Effect.gen(function*() {
         ],
         { concurrency: "unbounded" }
       )
-      return yield* target("switchboard-distributed", { server: [edgeA, edgeB], apart: { registry } }, edgeA, edgeB, token)
+      const apart = { registry, nats: natsProcess(natsUrl), bench: benchProcess }
+      return yield* target("switchboard-distributed", { server: [edgeA, edgeB], apart }, edgeA, edgeB, token)
     }))
   )
   const lines = [...(yield* plain), ...(yield* embedded), ...(yield* distributed)]
