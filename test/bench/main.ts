@@ -192,7 +192,7 @@ const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 100).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
+    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }
