@@ -143,22 +143,31 @@ const isConflict = (e: unknown) =>
 /**
  * nats.js writes what one microtask published with one socket write. A busy edge handles one
  * socket read per task, so it made one write (a syscall) per frame. Corking the connection's socket
- * until the end of the event-loop turn gathers a turn's writes into one writev, as the edge does
- * for its WebSockets. Nothing is reordered: every write of the connection goes through the socket.
- * The socket is nats.js's own (not public API); without it, writes go out as before.
+ * gathers the writes into one writev. The cork lasts the turn of the event loop that wrote and the
+ * next one: a busy process reads more frames in that turn, and their writes join the same flush;
+ * an idle one goes through it at once (pending immediates make the poll not wait). In two paired
+ * bench runs of the distributed proxy at 50×10, the CPU per message of the edges, the router,
+ * nats-server (fewer, larger reads) and the bench together fell by 5% and 9%, for about 1% more
+ * latency at 1×1. Nothing is reordered:
+ * every write of the connection goes through the socket. The socket is nats.js's own (not public
+ * API); without it, writes go out as before.
  */
 const corker = (nc: NatsConnection) => {
   let corked = false
+  let turns = 0
+  const uncork = (socket: Socket) => {
+    if (++turns < 2) return void setImmediate(uncork, socket)
+    corked = false
+    socket.uncork()
+  }
   return () => {
     if (corked) return
     const socket = (nc as unknown as { readonly protocol?: { readonly transport?: { readonly socket?: unknown } } }).protocol?.transport?.socket
     if (!(socket instanceof Socket) || socket.destroyed) return
     corked = true
+    turns = 0
     socket.cork()
-    setImmediate(() => {
-      corked = false
-      socket.uncork()
-    })
+    setImmediate(uncork, socket)
   }
 }
 
