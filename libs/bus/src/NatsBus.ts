@@ -148,9 +148,8 @@ const isConflict = (e: unknown) =>
  * an idle one goes through it at once (pending immediates make the poll not wait). In two paired
  * bench runs of the distributed proxy at 50×10, the CPU per message of the edges, the router,
  * nats-server (fewer, larger reads) and the bench together fell by 5% and 9%, for about 1% more
- * latency at 1×1. Nothing is reordered:
- * every write of the connection goes through the socket. The socket is nats.js's own (not public
- * API); without it, writes go out as before.
+ * latency at 1×1. Nothing is reordered: every write of the connection goes through the socket.
+ * The socket is nats.js's own (not public API); without it, writes go out as before.
  */
 const corker = (nc: NatsConnection) => {
   let corked = false
