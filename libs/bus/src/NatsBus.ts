@@ -256,22 +256,22 @@ const KEYS_BOUND = "250 millis"
 /** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
 const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>): KvBucketShape => {
   const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
-  const keysFromSubjects = (filter: string) =>
-    Effect.tryPromise({
-      try: async () => {
-        const prefix = `$KV.${full}.`
-        const info = await (await jsm()).streams.info(`KV_${full}`, { subjects_filter: prefix + filter })
-        const keys = await Promise.all(
-          Object.keys(info.state.subjects ?? {}).map(async (subject) => {
-            const key = subject.slice(prefix.length)
-            const e = await kv.get(key)
-            return e !== null && e.operation === "PUT" ? key : undefined
-          })
-        )
-        return keys.filter((k) => k !== undefined)
-      },
-      catch: kvError("keys")
-    })
+  const streamName = `KV_${full}`
+  const lastSeq = async () => (await (await jsm()).streams.info(streamName)).state.last_seq
+  /** The keys among the stream's subjects that `known` lacks and that are live (a get each). */
+  const liveFromSubjects = async (filter: string, known: ReadonlySet<string>) => {
+    const prefix = `$KV.${full}.`
+    const info = await (await jsm()).streams.info(streamName, { subjects_filter: prefix + filter })
+    const keys = await Promise.all(
+      Object.keys(info.state.subjects ?? {}).map(async (subject) => {
+        const key = subject.slice(prefix.length)
+        if (known.has(key)) return undefined
+        const e = await kv.get(key)
+        return e !== null && e.operation === "PUT" ? key : undefined
+      })
+    )
+    return keys.filter((k) => k !== undefined)
+  }
   const claim = (what: string, key: string, reason: KvConflict["reason"], op: () => Promise<number>) =>
     Effect.tryPromise({
       try: op,
@@ -290,12 +290,16 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
     keys: (filter) =>
       Effect.tryPromise({
         try: async (signal) => {
+          const before = await lastSeq()
           const it = await kv.keys(filter ?? ">")
           signal.addEventListener("abort", () => it.stop())
           // A key rewritten during the listing can be listed twice.
           const out = new Set<string>()
           for await (const k of it) out.add(k)
-          return [...out]
+          if ((await lastSeq()) === before) return [...out]
+          // Written to meanwhile: a key rewritten after its old entry was dropped and before the
+          // listing ended comes after the end, and was missed. The subjects have every live key.
+          return [...out, ...(await liveFromSubjects(filter ?? ">", out))]
         },
         catch: kvError("keys")
       }).pipe(
@@ -304,7 +308,8 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
         // then waits for an idle heartbeat (5 to 30 s). Past a bound, the stream's subjects are
         // read instead (one request), and each is checked to be live.
         Effect.timeout(KEYS_BOUND),
-        Effect.catchTag("TimeoutException", () => keysFromSubjects(filter ?? ">"))
+        Effect.catchTag("TimeoutException", () =>
+          Effect.tryPromise({ try: () => liveFromSubjects(filter ?? ">", new Set()), catch: kvError("keys") }))
       ),
     // The iterator is pumped by a plain loop and stopped by the scope: an Effect fiber parked in
     // `next()` could not be interrupted until the next change arrived.
