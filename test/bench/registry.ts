@@ -2,12 +2,13 @@
  * The registry suite. Registration: a tab says hello and registers 10 tools; measured from the
  * hello to the moment `tools/list` on a `/hub` session shows all 10 (it asks again on every
  * `list_changed`). Calls: `tools/call` round trips through `/hub` to a tab that answers at once,
- * closed loop at 1×1 and 50×10, against a plain `ws` echo in the same run. Both all-in-one on the
- * embedded bus and distributed (tabs on edge A, sessions on edge B, each service a process) on NATS.
+ * closed loop at 1×1 and 50×10, against a plain `ws` echo in the same run, and the 1×1 ratio to the
+ * plain echo once more in alternating pairs of windows. Both all-in-one on the embedded bus and
+ * distributed (tabs on edge A, sessions on edge B, each service a process) on NATS.
  */
 import * as Effect from "effect/Effect"
 import { answer, isId, isRecord, parseRecord } from "./frames.ts"
-import { open, percentile } from "./load.ts"
+import { open, percentile, run } from "./load.ts"
 import { measure, type Target } from "./measure.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
 import { print, report, round2 } from "./report.ts"
@@ -111,65 +112,96 @@ const registration = (name: string, tabsUrl: string, hubUrl: string) =>
   })
 
 const CALL = Buffer.from(`"method"`)
+const TOOL = "website_tool_calls_bench_example_com_tab1_echo0"
+/** Pairs of 1×1 windows, plain echo then the target, for the paired ratio. */
+const PAIRS = 7
+const PAIR_SECONDS = 1
 
-/** `tools/call` round trips through `/hub` to one tab. */
-const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUrl: string, hubUrl: string) =>
+/** `tools/call` round trips through `/hub` to one tab: what a load client sends, and what it counts. */
+const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
+  url: hubUrl,
+  setup: async (ws) => {
+    await new Promise<void>((resolve) => {
+      ws.once("message", () => resolve())
+      ws.send(JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: "2025-06-18" } }))
+    })
+    // Every session waits until the tab's tools are listed.
+    for (;;) {
+      const listed = await new Promise<string>((resolve) => {
+        ws.once("message", (data: Buffer) => resolve(data.toString()))
+        ws.send(JSON.stringify({ jsonrpc: "2.0", id: "list", method: "tools/list" }))
+      })
+      if (listed.includes(TOOL)) break
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  },
+  frame: (n) => `{"jsonrpc":"2.0","id":${n},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}`,
+  isReply: (data) => {
+    if (data.includes(CALL)) return false
+    if (data.includes(`"error"`)) onError()
+    return true
+  }
+})
+
+/**
+ * The 1×1 target as a ratio measured in pairs: a plain-echo window, then one of the target, PAIRS
+ * times, and the median of the pairs' ratios. This machine's speed drifts by a third within
+ * minutes (plain echo p50s of 76 to 117 µs in one afternoon), and the suite's lines measure the
+ * plain echo a minute before the target; within a pair, both sides see the same machine.
+ */
+const pairedRatio = (name: string, plainUrl: string, load: Target["load"]) =>
+  Effect.promise(async () => {
+    const one = { clients: 1, inFlight: 1 }
+    const ratios: Array<number> = []
+    for (let i = 0; i < PAIRS; i++) {
+      const plain = await run({ url: plainUrl, shape: one, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+      const target = await run({ ...load, shape: one, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+      ratios.push(target.p50Us / plain.p50Us)
+    }
+    const sorted = Float64Array.from(ratios).sort()
+    print({
+      suite: "registry",
+      target: name,
+      measure: "call_p50_over_plain_p50_1x1_paired",
+      pairs: PAIRS,
+      median: round2(percentile(sorted, 50)),
+      min: round2(sorted[0] ?? 0),
+      max: round2(sorted[sorted.length - 1] ?? 0)
+    })
+  })
+
+/** `tools/call` round trips through `/hub` to one tab, and the paired ratio to the plain echo at `plainUrl`. */
+const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUrl: string, hubUrl: string, plainUrl: string) =>
   Effect.gen(function*() {
     yield* Effect.acquireRelease(
       Effect.promise(() => benchTab(tabsUrl, 1, "calls.bench.example.com", "echo")),
       (ws) => Effect.sync(() => ws.terminate())
     )
-    const tool = "website_tool_calls_bench_example_com_tab1_echo0"
     let errors = 0
-    const lines = yield* measure("registry", {
-      name,
-      ...processes,
-      load: {
-        url: hubUrl,
-        setup: async (ws) => {
-          await new Promise<void>((resolve) => {
-            ws.once("message", () => resolve())
-            ws.send(JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: "2025-06-18" } }))
-          })
-          // Every session waits until the tab's tools are listed.
-          for (;;) {
-            const listed = await new Promise<string>((resolve) => {
-              ws.once("message", (data: Buffer) => resolve(data.toString()))
-              ws.send(JSON.stringify({ jsonrpc: "2.0", id: "list", method: "tools/list" }))
-            })
-            if (listed.includes(tool)) break
-            await new Promise((r) => setTimeout(r, 20))
-          }
-        },
-        frame: (n) => `{"jsonrpc":"2.0","id":${n},"method":"tools/call","params":{"name":"${tool}","arguments":{}}}`,
-        isReply: (data) => {
-          if (data.includes(CALL)) return false
-          if (data.includes(`"error"`)) errors++
-          return true
-        }
-      }
-    })
+    const load = hubLoad(hubUrl, () => errors++)
+    const lines = yield* measure("registry", { name, ...processes, load })
+    yield* pairedRatio(name, plainUrl, load)
     if (errors > 0) console.error(`warning: ${name} answered ${errors} calls with an error; its figures are not comparable`)
     return lines
   })
 
-const target = (name: string, processes: Pick<Target, "server" | "apart">, tabs: Started, hub: Started, token: string) =>
-  Effect.gen(function*() {
-    const tabsUrl = `${wsUrl(tabs, "/tabs")}?token=${token}`
-    const hubUrl = `${wsUrl(hub, "/hub")}?token=${token}`
-    yield* registration(name, tabsUrl, hubUrl)
-    return yield* calls(name, processes, tabsUrl, hubUrl)
-  })
-
-export const registrySuite = Effect.gen(function*() {
+export const registrySuite = Effect.scoped(Effect.gen(function*() {
   const token = yield* issueToken({ sub: "bench-user", ttl: "1 hour" })
-  const plain = Effect.scoped(
-    Effect.flatMap(startServer("plain"), (s) => measure("registry", { name: "plain-ws-echo", server: [s], load: { url: wsUrl(s, "/") } }))
-  )
+  // Up for the whole suite, idle while the other targets run, for their paired ratios.
+  const plainServer = yield* startServer("plain")
+  const plainUrl = wsUrl(plainServer, "/")
+  const plain = measure("registry", { name: "plain-ws-echo", server: [plainServer], load: { url: plainUrl } })
+  const target = (name: string, processes: Pick<Target, "server" | "apart">, tabs: Started, hub: Started) =>
+    Effect.gen(function*() {
+      const tabsUrl = `${wsUrl(tabs, "/tabs")}?token=${token}`
+      const hubUrl = `${wsUrl(hub, "/hub")}?token=${token}`
+      yield* registration(name, tabsUrl, hubUrl)
+      return yield* calls(name, processes, tabsUrl, hubUrl, plainUrl)
+    })
   const embedded = Effect.scoped(
     Effect.flatMap(
       startService("all-in-one", "services/all-in-one/src/main.ts", unlimited, [Ready.edge, Ready.registry]),
-      (s) => target("switchboard-embedded", { server: [s] }, s, s, token)
+      (s) => target("switchboard-embedded", { server: [s] }, s, s)
     )
   )
   const distributed = withNats((natsUrl) =>
@@ -186,7 +218,7 @@ export const registrySuite = Effect.gen(function*() {
         { concurrency: "unbounded" }
       )
       const apart = { registry, nats: natsProcess(natsUrl), bench: benchProcess }
-      return yield* target("switchboard-distributed", { server: [edgeA, edgeB], apart }, edgeA, edgeB, token)
+      return yield* target("switchboard-distributed", { server: [edgeA, edgeB], apart }, edgeA, edgeB)
     }))
   )
   const lines = [...(yield* plain), ...(yield* embedded), ...(yield* distributed)]
@@ -197,4 +229,4 @@ export const registrySuite = Effect.gen(function*() {
     if (l.shape !== "1x1" || l.target === "plain-ws-echo" || base === undefined) continue
     print({ suite: "registry", target: l.target, measure: "call_p50_over_plain_p50_1x1", ratio: round2(Number(l["p50_us"]) / Number(base["p50_us"])) })
   }
-})
+}))
