@@ -128,7 +128,8 @@ export const make = Effect.gen(function*() {
       /** Proxy connections attached to this extension: connection id → the client's socket. */
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
       /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
-      const internal = new Map<string, { readonly message: Bus.BusMessage; readonly timer: ReturnType<typeof setTimeout> }>()
+      const internal = new TimedMap<string, Bus.BusMessage>(internalMillis, (_, message) =>
+        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))))
       let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
@@ -224,20 +225,16 @@ export const make = Effect.gen(function*() {
         }
         const { method, params } = request.right
         const id = `${PROXY_ID_PREFIX}${randomUUID()}`
-        const timer = setTimeout(() => {
-          if (internal.delete(id)) runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut)))
-        }, internalMillis)
-        internal.set(id, { message, timer })
+        internal.set(id, message)
         conn.send(JSON.stringify(params === undefined ? { jsonrpc: "2.0", id, method } : { jsonrpc: "2.0", id, method, params }))
         return Effect.void
       }
 
       /** The extension's answer to an internal request; late and unknown ones are dropped. */
       const settle = (id: string, response: Record<string, unknown>): Effect.Effect<void> | void => {
-        const pending = internal.get(id)
-        if (pending === undefined) return
+        const asked = internal.get(id)
+        if (asked === undefined) return
         internal.delete(id)
-        clearTimeout(pending.timer)
         let reply: Proxy.InternalReply
         if ("result" in response) {
           reply = { ok: true, result: response["result"] }
@@ -249,7 +246,7 @@ export const make = Effect.gen(function*() {
         } else {
           reply = refused(ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
         }
-        return answerInternal(pending.message, reply)
+        return answerInternal(asked, reply)
       }
 
       const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
@@ -306,8 +303,7 @@ export const make = Effect.gen(function*() {
           const why = code === CloseCode.Normal && reason.startsWith("replaced") ? "Extension reconnected" : "Extension closed"
           const unanswered = [...internal.values()]
           internal.clear()
-          for (const p of unanswered) clearTimeout(p.timer)
-          yield* Effect.forEach(unanswered, (p) => answerInternal(p.message, refused(ErrorCode.ServerError, "Extension disconnected")), {
+          yield* Effect.forEach(unanswered, (message) => answerInternal(message, refused(ErrorCode.ServerError, "Extension disconnected")), {
             discard: true
           })
           for (const [connectionId, client] of attached) {
