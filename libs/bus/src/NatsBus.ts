@@ -340,10 +340,14 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
   }
 }
 
-export const makeKv = (nc: NatsConnection, namespace: string): KvShape => {
-  const kvm = new Kvm(nc)
+/** One JetStream manager per connection, made when first needed and shared by KV and journals. */
+const lazyManager = (nc: NatsConnection) => {
   let manager: Promise<JetStreamManager> | undefined
-  const jsm = () => (manager ??= jetstreamManager(nc))
+  return () => (manager ??= jetstreamManager(nc))
+}
+
+export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>): KvShape => {
+  const kvm = new Kvm(nc)
   return {
     bucket: (spec) =>
       Effect.tryPromise({
@@ -383,9 +387,7 @@ export const connection = (options: NatsOptions) =>
   )
 
 /** Journals are JetStream streams with message-count and age limits, oldest dropped first. */
-export const makeJournal = (nc: NatsConnection, namespace: string): JournalShape => {
-  let manager: Promise<JetStreamManager> | undefined
-  const jsm = () => (manager ??= jetstreamManager(nc))
+export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>): JournalShape => {
   return {
     open: (spec) =>
       Effect.tryPromise({
@@ -446,9 +448,10 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
         Effect.forkDaemon
       )
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
+      const jsm = lazyManager(nc)
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
-        Context.add(Kv, makeKv(nc, namespace)),
-        Context.add(Journal, makeJournal(nc, namespace))
+        Context.add(Kv, makeKv(nc, namespace, jsm)),
+        Context.add(Journal, makeJournal(nc, namespace, jsm))
       )
     })
   )
