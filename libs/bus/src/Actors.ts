@@ -17,7 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { Bus, type BusMessage, type BusShape, type Headers, text, toBytes } from "./Bus.ts"
-import { Kv, typed } from "./Kv.ts"
+import { Kv, typed, type TypedBucket } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
 export interface Frame {
@@ -50,6 +50,19 @@ export interface Connection {
 
 /** The decoded value a local peer sent along with a message, if it did. */
 export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
+
+/**
+ * An actor's session record in KV, keyed by its connection id: what a replica that adopts the
+ * connection reads back (`restored`) to carry on. Saving and forgetting never fail the actor: a
+ * lost record costs only the adoption.
+ */
+export const sessionStore = <A>(bucket: TypedBucket<A>) => ({
+  remember: (conn: Connection, record: A) =>
+    bucket.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e))),
+  recall: (conn: Connection) =>
+    bucket.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none<A>())),
+  forget: (conn: Connection) => bucket.delete(Subjects.Key.session(conn.id)).pipe(Effect.ignore)
+})
 
 /** A handle that sends to one socket on any edge, with its headers built once. */
 export interface Socket {

@@ -94,15 +94,10 @@ export const make = Effect.gen(function*() {
   }
   const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord)
   const cachedTools = Kv.typed(yield* kv.bucket(Subjects.Bucket.cachedTools), Registry.CachedToolRecord)
-  const sessions = Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord)
   const connections = yield* kv.bucket(Subjects.Bucket.connections)
   const views = yield* Views.make
 
-  const remember = (conn: Actors.Connection, record: Registry.SessionRecord) =>
-    sessions.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e)))
-  const recall = (conn: Actors.Connection) =>
-    sessions.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none()))
-  const forget = (conn: Actors.Connection) => sessions.delete(Subjects.Key.session(conn.id)).pipe(Effect.ignore)
+  const { forget, recall, remember } = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord))
   /** Closes the socket unless it has said who it is in time. */
   const deadline = (conn: Actors.Connection, reason: string) =>
     Effect.sleep(config.authTimeout).pipe(Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, reason))), Effect.forkScoped)

@@ -102,12 +102,7 @@ export const make = Effect.gen(function*() {
   const extensions = Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord)
   const extensionIds = yield* kv.bucket(Subjects.Bucket.extensionIds)
   const proxies = Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord)
-  const sessions = Kv.typed(yield* kv.bucket(Subjects.Bucket.sessions), Proxy.SessionRecord)
-  const remember = (conn: Actors.Connection, record: Proxy.SessionRecord) =>
-    sessions.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e)))
-  const recall = (conn: Actors.Connection) =>
-    sessions.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none()))
-  const forget = (conn: Actors.Connection) => sessions.delete(Subjects.Key.session(conn.id)).pipe(Effect.ignore)
+  const { forget, recall, remember } = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.sessions), Proxy.SessionRecord))
   /** Per-user budgets are per replica: exact across replicas would cost a KV write per request. */
   const userBudgets = new Map<string, RateBudget>()
   const userBudget = (user: string) => {
