@@ -177,7 +177,7 @@ describe("edge", () => {
       expect(got).toEqual(Array.from({ length: 100 }, (_, id) => ({ jsonrpc: "2.0", id, method: "m" })))
     }).pipe(Effect.provide(NatsServer.layer)), 60_000)
 
-  it.scopedLive("delivers one bus message to many of its sockets, and closes a socket on request", () =>
+  it.scopedLive("delivers one bus message to many of its sockets, and closes a socket on request, fitting a long reason in the frame", () =>
     Effect.gen(function*() {
       // A room-like service: every frame goes to every socket, in one message per edge.
       const members: Array<Actors.Connection> = []
@@ -192,6 +192,8 @@ describe("edge", () => {
                 onFrame: (frame: Actors.Frame) =>
                   Effect.sync(() => {
                     if (frame.text === "kick me") return conn.close(4000, "kicked")
+                    // 200 bytes of 2-byte characters: more than a close frame holds.
+                    if (frame.text === "kick me at length") return conn.close(4001, "é".repeat(100))
                     link.toMany(conn.edge, members.map((m) => m.id)).send(frame.data)
                   })
               }
@@ -216,6 +218,8 @@ describe("edge", () => {
       expect(published.length).toBe(1)
       b.send("kick me")
       expect(yield* closedWith(b)).toEqual({ code: 4000, reason: "kicked" })
+      c.send("kick me at length")
+      expect(yield* closedWith(c)).toEqual({ code: 4001, reason: `${"é".repeat(60)}...` })
     }))
 
   it.scopedLive("answers upgrades with 503 while it waits for sockets to close", () =>

@@ -78,6 +78,18 @@ const decoder = new TextDecoder()
 
 const STATUS_TEXT: Record<number, string> = { 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable" }
 
+/**
+ * A close frame holds at most 123 bytes of reason, and ws throws on more. Services word reasons
+ * freely (an auth error's text, a parse error's message), so a long one is cut here, on whole
+ * characters, to 120 bytes and an ellipsis.
+ */
+const fitCloseReason = (reason: string) => {
+  if (Buffer.byteLength(reason) <= 123) return reason
+  let cut = reason.slice(0, 120)
+  while (Buffer.byteLength(cut) > 120) cut = cut.slice(0, -1)
+  return `${cut}...`
+}
+
 /** Answers an upgrade request with a plain HTTP error and closes the TCP socket. */
 const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
   if (!socket.writable) return socket.destroy()
@@ -247,7 +259,7 @@ const make = (options: EdgeOptions) =>
 
     const closeSocket = (s: Socket, code: number, reason: string) => {
       if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
-      s.ws.close(code, reason)
+      s.ws.close(code, fitCloseReason(reason))
       // A peer that does not read will never see the close frame; don't wait on it for long.
       const timer = setTimeout(() => s.ws.terminate(), Duration.toMillis(config.grace))
       timer.unref()

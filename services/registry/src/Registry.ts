@@ -40,8 +40,6 @@ const notification = (method: string, params?: Record<string, unknown>) =>
 const result = (id: JsonRpc.Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value })
 const failure = (id: JsonRpc.Id | null, code: number, message: string) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
 const LIST_CHANGED = notification("notifications/tools/list_changed")
-/** Close reasons travel in a close frame: at most 123 bytes. */
-const closeReason = (s: string) => (Buffer.byteLength(s) <= 123 ? s : `${Buffer.from(s).subarray(0, 120).toString()}...`)
 const sameJson = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
 /** The same tools, in whatever order the page lists them. */
 const sameTools = (a: ReadonlyArray<Registry.Tool>, b: ReadonlyArray<Registry.Tool>) => {
@@ -136,13 +134,13 @@ export const make = Effect.gen(function*() {
         Effect.gen(function*() {
           const decoded = decodeHello(params ?? {})
           if (Either.isLeft(decoded)) {
-            return conn.close(CloseCode.ProtocolError, closeReason(`${Method.hello}: expected {tabId, url, title?, active?}`))
+            return conn.close(CloseCode.ProtocolError, `${Method.hello}: expected {tabId, url, title?, active?}`)
           }
           const { active, tabId, title, url } = decoded.right
           const domain = hostOf(url)
-          if (domain === undefined) return conn.close(CloseCode.ProtocolError, closeReason(`${Method.hello}: url must be an http(s) URL`))
+          if (domain === undefined) return conn.close(CloseCode.ProtocolError, `${Method.hello}: url must be an http(s) URL`)
           if (origin !== undefined && origin !== domain) {
-            return conn.close(CloseCode.PolicyViolation, closeReason(`the tab's url (${domain}) does not match its Origin (${origin})`))
+            return conn.close(CloseCode.PolicyViolation, `the tab's url (${domain}) does not match its Origin (${origin})`)
           }
           if (tab !== undefined) {
             if (tab.tabId !== tabId || tab.domain !== domain) {
@@ -508,7 +506,7 @@ export const make = Effect.gen(function*() {
           const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
           if (typeof token !== "string") return conn.close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
           const claims = yield* Effect.either(auth.verify(token))
-          if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, closeReason(`Authentication failed: ${claims.left.reason}`))
+          if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
           if (user !== undefined && claims.right.sub !== user) {
             return conn.close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
           }
@@ -567,7 +565,7 @@ export const make = Effect.gen(function*() {
         // The WebSocket transport: an invalid frame is a protocol error, and closes the session.
         if (Either.isLeft(decoded)) {
           send(JsonRpc.encode(decoded.left))
-          return conn.close(CloseCode.ProtocolError, closeReason(decoded.left.error.message))
+          return conn.close(CloseCode.ProtocolError, decoded.left.error.message)
         }
         const incoming = decoded.right
         if (incoming._tag === "Response") return // the hub asks clients nothing
