@@ -138,9 +138,14 @@ export const wsUrl = (server: Started, path: string) => `ws://127.0.0.1:${server
 /**
  * NATS for the targets that need it, for no longer than they run: concurrent test runs remove
  * leftover testcontainers, and a container held through the whole bench is more likely to go.
+ *
+ * It gets one core of the two this bench shares among six processes, as a Kubernetes CPU limit
+ * would give it (`deploy/k8s/nats.yaml`). With two, Go's scheduler spins on every wakeup: in the
+ * distributed proxy at 50×10, nats-server took 18.4-18.5 µs of CPU per message with two and
+ * 11.6-12.1 µs with one, in alternating runs.
  */
 export const withNats = <A, E>(use: (url: string) => Effect.Effect<A, E>) =>
-  Effect.provide(Effect.flatMap(NatsServer, ({ url }) => use(url)), NatsServer.layer)
+  Effect.provide(Effect.flatMap(NatsServer, ({ url }) => use(url)), NatsServer.layerWith({ cpus: 1 }))
 
 /**
  * Rate limits are policy sized for people, not for one user keeping 500 requests in flight through

@@ -51,13 +51,14 @@ const freePorts = (count: number) =>
     catch: (cause) => new NatsContainerError({ reason: "ContainerStart", cause })
   });
 
-const startNode = (image: string, command: ReadonlyArray<string>) =>
+const startNode = (image: string, command: ReadonlyArray<string>, environment: Record<string, string> = {}) =>
   Effect.acquireRelease(
     Effect.tryPromise({
       try: () =>
         new GenericContainer(image)
           .withLabels({ [ownerLabel]: String(process.pid) })
           .withNetworkMode("host")
+          .withEnvironment(environment)
           .withCommand([...command])
           .withWaitStrategy(Wait.forLogMessage("Server is ready"))
           .withStartupTimeout(30_000)
@@ -75,25 +76,41 @@ const connection = (servers: ReadonlyArray<string>) =>
 
 const url = (port: number) => `nats://127.0.0.1:${port}`;
 
+export interface NatsServerOptions {
+  /**
+   * The cores the Go runtime may run on (GOMAXPROCS); all of the machine's when absent. A server
+   * that shares a small machine with busy processes should get its share: with more Ps than it
+   * can keep busy, Go's scheduler spins looking for work on every wakeup, and takes that CPU from
+   * the others.
+   */
+  readonly cpus?: number;
+}
+
 export class NatsServer extends Context.Tag("@switchboard/testing/NatsServer")<
   NatsServer,
   { readonly servers: ReadonlyArray<string>; readonly url: string }
 >() {
   /** One JetStream server, stopped when the layer's scope closes. */
-  static readonly layer = Layer.scoped(
+  static readonly layerWith = (options: NatsServerOptions) => Layer.scoped(
     NatsServer,
     Effect.gen(function* () {
       const image = yield* dockerAndImage;
       // Another process may take the probed port before nats-server binds it: try fresh ports.
       const port = yield* Effect.gen(function* () {
         const [port = 0] = yield* freePorts(1);
-        yield* startNode(image, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", "/data"]);
+        yield* startNode(
+          image,
+          ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", "/data"],
+          options.cpus === undefined ? {} : { GOMAXPROCS: String(options.cpus) }
+        );
         return port;
       }).pipe(Effect.retry({ times: 2 }));
       yield* Effect.logInfo(`NATS server ready on ${url(port)}`);
       return { servers: [url(port)], url: url(port) };
     }).pipe(Effect.withLogSpan("NatsServer.layer"))
   );
+
+  static readonly layer = NatsServer.layerWith({});
 }
 
 const awaitMetaLeader = (servers: ReadonlyArray<string>) =>
