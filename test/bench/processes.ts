@@ -173,20 +173,25 @@ export const issueToken = (options: Tokens.IssueOptions) =>
 export interface Usage {
   readonly rssMb: number
   readonly cpuUs: number
+  /** Read and write system calls (socket I/O included), all threads. */
+  readonly syscalls: number
 }
 
-/** Resident memory (MB) and CPU time (µs, all threads) of processes together, from /proc. */
+/** Resident memory (MB), CPU time (µs) and I/O system calls of processes together (all threads), from /proc. */
 export const usage = (processes: ReadonlyArray<Measured>): Usage => {
   let rssKb = 0
   let ticks = 0
+  let syscalls = 0
   for (const { pid } of processes) {
     rssKb += Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0)
+    const io = readFileSync(`/proc/${pid}/io`, "utf8")
+    syscalls += Number(/syscr:\s+(\d+)/.exec(io)?.[1] ?? 0) + Number(/syscw:\s+(\d+)/.exec(io)?.[1] ?? 0)
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
     ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0)
   }
-  return { rssMb: Math.round(rssKb / 102.4) / 10, cpuUs: (ticks / 100) * 1e6 }
+  return { rssMb: Math.round(rssKb / 102.4) / 10, cpuUs: (ticks / 100) * 1e6, syscalls }
 }
 
 /**
@@ -223,13 +228,13 @@ export const natsProcess = (natsUrl: string): Measured | undefined => {
 /** The bench process itself: the load generator, and the extension or tab that answers. */
 export const benchProcess: Measured = { name: "bench", pid: process.pid }
 
-/** Processes reported together under one key, as `<key>_rss_mb` and `<key>_cpu_us_per_<unit>`. */
+/** Processes reported together under one key, as `<key>_rss_mb`, `<key>_cpu_us_per_<unit>` and `<key>_syscalls_per_<unit>`. */
 export type Groups = ReadonlyArray<readonly [string, ReadonlyArray<Measured>]>
 
 /** Takes every group's usage now, once as a measured window opens and once as it closes. */
 export const sample = (groups: Groups): ReadonlyArray<Usage> => groups.map(([, processes]) => usage(processes))
 
-/** Each group's RSS as the window closed and its CPU over the window per counted `unit`. */
+/** Each group's RSS as the window closed, and its CPU and I/O system calls over the window per counted `unit`. */
 export const costs = (
   groups: Groups,
   opened: ReadonlyArray<Usage>,
@@ -243,6 +248,7 @@ export const costs = (
     if (before === undefined || after === undefined) return []
     return [
       [`${key}_rss_mb`, after.rssMb],
-      [`${key}_cpu_us_per_${unit}`, Math.round(((after.cpuUs - before.cpuUs) / Math.max(1, count)) * 10) / 10]
+      [`${key}_cpu_us_per_${unit}`, Math.round(((after.cpuUs - before.cpuUs) / Math.max(1, count)) * 10) / 10],
+      [`${key}_syscalls_per_${unit}`, Math.round(((after.syscalls - before.syscalls) / Math.max(1, count)) * 100) / 100]
     ] as const
   }))
