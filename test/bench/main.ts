@@ -13,7 +13,7 @@ import { mcpxSuite } from "./mcpx.ts"
 import { registrySuite } from "./registry.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
 import { report } from "./report.ts"
-import { answer, isId, isRecord, parseRecord } from "./frames.ts"
+import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
 
 // --- edge suite ----------------------------------------------------------------------------
 
@@ -48,6 +48,8 @@ const benchExtension = (url: string, token: string) =>
   Effect.acquireRelease(
     Effect.async<{ readonly ws: WebSocket; readonly extensionId: string }, Error>((resume) => {
       const ws = new WebSocket(url, { perMessageDeflate: false })
+      let send = (data: string) => ws.send(data)
+      ws.once("open", () => (send = batchedSender(ws)))
       ws.on("message", (data: Buffer) => {
         const message = parseRecord(data)
         if (message === undefined) return
@@ -64,7 +66,7 @@ const benchExtension = (url: string, token: string) =>
           )
         }
         // Forwarded requests; notifications (status) carry no id and get no answer.
-        if (typeof method === "string" && isId(id)) ws.send(answer(id, {}))
+        if (typeof method === "string" && isId(id)) send(answer(id, {}))
       })
       ws.once("error", (e) => resume(Effect.fail(e)))
       ws.once("close", (code, reason) => resume(Effect.fail(new Error(`extension socket closed: ${code} ${reason.toString()}`))))

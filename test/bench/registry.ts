@@ -7,7 +7,7 @@
  * distributed (tabs on edge A, sessions on edge B, each service a process) on NATS.
  */
 import * as Effect from "effect/Effect"
-import { answer, isId, isRecord, parseRecord } from "./frames.ts"
+import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
 import { open, percentile, run } from "./load.ts"
 import { measure, type Target } from "./measure.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
@@ -27,9 +27,10 @@ const tools = (prefix: string) =>
 /** A tab that answers every `browser/executeTool` at once with an empty result. */
 const benchTab = async (url: string, tabId: number, domain: string, prefix: string) => {
   const ws = await open(url)
+  const send = batchedSender(ws)
   ws.on("message", (data: Buffer) => {
     const m = parseRecord(data)
-    if (m?.["method"] === "browser/executeTool" && isId(m["id"])) ws.send(answer(m["id"], { success: true, payload: { content: [] } }))
+    if (m?.["method"] === "browser/executeTool" && isId(m["id"])) send(answer(m["id"], { success: true, payload: { content: [] } }))
   })
   ws.send(JSON.stringify({ jsonrpc: "2.0", method: "browser/hello", params: { tabId, url: `https://${domain}/` } }))
   ws.send(JSON.stringify({ jsonrpc: "2.0", method: "browser/registerTools", params: { tools: tools(prefix) } }))
