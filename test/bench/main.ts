@@ -8,7 +8,7 @@
  */
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
-import { measure, type Target } from "./measure.ts"
+import { measure, paired, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
 import { registrySuite } from "./registry.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
@@ -120,32 +120,45 @@ const replyCounter = () => {
   }
 }
 
-/** A full proxied round trip: the extension on `extensionUrl`, the MCP clients on `mcpUrl`. */
+/**
+ * A full proxied round trip: the extension on `extensionUrl`, the MCP clients on `mcpUrl`. With
+ * `plainUrl`, the throughput at 50×10 is measured once more against the plain echo there, in pairs.
+ */
 const proxyTarget = (
   name: string,
   processes: Pick<Target, "server" | "apart">,
   extensionUrl: string,
   mcpUrl: string,
-  token: string
+  token: string,
+  plainUrl?: string
 ) =>
   Effect.gen(function*() {
     const { extensionId } = yield* benchExtension(extensionUrl, token)
     const replies = replyCounter()
-    const lines = yield* measure("proxy", {
-      name,
-      ...processes,
-      load: { url: mcpUrl, setup: mcpSession(token, extensionId), isReply: replies.isReply }
-    })
+    const load = { url: mcpUrl, setup: mcpSession(token, extensionId), isReply: replies.isReply }
+    const lines = yield* measure("proxy", { name, ...processes, load })
+    if (plainUrl !== undefined) {
+      yield* paired({
+        suite: "proxy",
+        target: name,
+        measure: "msgs_per_s_over_plain_50x10_paired",
+        plainUrl,
+        load,
+        shape: { clients: 50, inFlight: 10 },
+        ratio: (target, plain) => target.msgsPerSec / plain.msgsPerSec
+      })
+    }
     if (replies.errors() > 0) console.error(`warning: ${name} answered ${replies.errors()} requests with an error; its throughput is not comparable`)
     return lines
   })
 
-const proxySuite = Effect.gen(function*() {
+const proxySuite = Effect.scoped(Effect.gen(function*() {
   const token = yield* issueToken({ sub: "bench-user", ttl: "1 hour" })
 
-  const plain = Effect.scoped(
-    Effect.flatMap(startServer("plain"), (s) => measure("proxy", { name: "plain-ws-echo", server: [s], load: { url: wsUrl(s, "/") } }))
-  )
+  // Up for the whole suite, idle while the other targets run, for the distributed target's pairs.
+  const plainServer = yield* startServer("plain")
+  const plainUrl = wsUrl(plainServer, "/")
+  const plain = measure("proxy", { name: "plain-ws-echo", server: [plainServer], load: { url: plainUrl } })
   const naive = Effect.scoped(
     Effect.flatMap(startServer("naive-relay"), (s) =>
       proxyTarget("naive-relay", { server: [s] }, wsUrl(s, "/extension"), wsUrl(s, "/mcp"), token))
@@ -177,14 +190,15 @@ const proxySuite = Effect.gen(function*() {
         { server: [edgeA, edgeB], apart: { router, nats: natsProcess(natsUrl), bench: benchProcess } },
         wsUrl(edgeA, "/extension"),
         wsUrl(edgeB, "/mcp"),
-        token
+        token,
+        plainUrl
       )
     }))
   )
 
   const lines = [...(yield* plain), ...(yield* naive), ...(yield* embedded), ...(yield* distributed)]
   report(lines, { ratio_to_plain: "plain-ws-echo", ratio_to_naive_relay: "naive-relay" })
-})
+}))
 
 // --- entry ---------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 /** Closed-loop throughput of one running target at every load shape, with its processes' CPU and RSS. */
 import * as Effect from "effect/Effect"
-import { type LoadOptions, run, type Shape } from "./load.ts"
+import { type LoadOptions, percentile, type Result, run, type Shape } from "./load.ts"
 import { costs, type Groups, type Measured, profileWindow, sample, type Started, type Usage } from "./processes.ts"
-import type { ThroughputLine } from "./report.ts"
+import { print, round2, type ThroughputLine } from "./report.ts"
 
 export const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
 const WARMUP = 0.5
@@ -60,3 +60,45 @@ export const measure = (suite: string, target: Target) =>
       return line
     })
   )
+
+export interface Paired {
+  readonly suite: string
+  readonly target: string
+  /** The line's `measure`. */
+  readonly measure: string
+  readonly plainUrl: string
+  readonly load: Target["load"]
+  readonly shape: Shape
+  /** The pair's ratio, from the target's window and the plain echo's. */
+  readonly ratio: (target: Result, plain: Result) => number
+}
+
+const PAIRS = 7
+const PAIR_SECONDS = 1
+
+/**
+ * A target against the plain echo in pairs of windows: a plain-echo window, then one of the
+ * target, PAIRS times, and the median of the pairs' ratios. This machine's speed drifts by a third
+ * within minutes (plain echo p50s of 76 to 117 µs in one afternoon, 67k to 101k msgs/s at 50×10),
+ * and a suite's lines measure the plain echo a minute before the target; within a pair, both sides
+ * see the same machine.
+ */
+export const paired = (options: Paired) =>
+  Effect.promise(async () => {
+    const ratios: Array<number> = []
+    for (let i = 0; i < PAIRS; i++) {
+      const plain = await run({ url: options.plainUrl, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+      const target = await run({ ...options.load, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+      ratios.push(options.ratio(target, plain))
+    }
+    const sorted = Float64Array.from(ratios).sort()
+    print({
+      suite: options.suite,
+      target: options.target,
+      measure: options.measure,
+      pairs: PAIRS,
+      median: round2(percentile(sorted, 50)),
+      min: round2(sorted[0] ?? 0),
+      max: round2(sorted[sorted.length - 1] ?? 0)
+    })
+  })

@@ -8,8 +8,8 @@
  */
 import * as Effect from "effect/Effect"
 import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
-import { open, percentile, run } from "./load.ts"
-import { measure, type Target } from "./measure.ts"
+import { open, percentile } from "./load.ts"
+import { measure, paired, type Target } from "./measure.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
 import { print, report, round2 } from "./report.ts"
 
@@ -114,9 +114,6 @@ const registration = (name: string, tabsUrl: string, hubUrl: string) =>
 
 const CALL = Buffer.from(`"method"`)
 const TOOL = "website_tool_calls_bench_example_com_tab1_echo0"
-/** Pairs of 1×1 windows, plain echo then the target, for the paired ratio. */
-const PAIRS = 7
-const PAIR_SECONDS = 1
 
 /** `tools/call` round trips through `/hub` to one tab: what a load client sends, and what it counts. */
 const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
@@ -144,33 +141,6 @@ const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
   }
 })
 
-/**
- * The 1×1 target as a ratio measured in pairs: a plain-echo window, then one of the target, PAIRS
- * times, and the median of the pairs' ratios. This machine's speed drifts by a third within
- * minutes (plain echo p50s of 76 to 117 µs in one afternoon), and the suite's lines measure the
- * plain echo a minute before the target; within a pair, both sides see the same machine.
- */
-const pairedRatio = (name: string, plainUrl: string, load: Target["load"]) =>
-  Effect.promise(async () => {
-    const one = { clients: 1, inFlight: 1 }
-    const ratios: Array<number> = []
-    for (let i = 0; i < PAIRS; i++) {
-      const plain = await run({ url: plainUrl, shape: one, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
-      const target = await run({ ...load, shape: one, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
-      ratios.push(target.p50Us / plain.p50Us)
-    }
-    const sorted = Float64Array.from(ratios).sort()
-    print({
-      suite: "registry",
-      target: name,
-      measure: "call_p50_over_plain_p50_1x1_paired",
-      pairs: PAIRS,
-      median: round2(percentile(sorted, 50)),
-      min: round2(sorted[0] ?? 0),
-      max: round2(sorted[sorted.length - 1] ?? 0)
-    })
-  })
-
 /** `tools/call` round trips through `/hub` to one tab, and the paired ratio to the plain echo at `plainUrl`. */
 const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUrl: string, hubUrl: string, plainUrl: string) =>
   Effect.gen(function*() {
@@ -181,7 +151,16 @@ const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUr
     let errors = 0
     const load = hubLoad(hubUrl, () => errors++)
     const lines = yield* measure("registry", { name, ...processes, load })
-    yield* pairedRatio(name, plainUrl, load)
+    // The target, a 1×1 round trip within 3× the plain echo's p50, measured in pairs too.
+    yield* paired({
+      suite: "registry",
+      target: name,
+      measure: "call_p50_over_plain_p50_1x1_paired",
+      plainUrl,
+      load,
+      shape: { clients: 1, inFlight: 1 },
+      ratio: (target, plain) => target.p50Us / plain.p50Us
+    })
     if (errors > 0) console.error(`warning: ${name} answered ${errors} calls with an error; its figures are not comparable`)
     return lines
   })
