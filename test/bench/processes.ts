@@ -139,8 +139,8 @@ export const wsUrl = (server: Started, path: string) => `ws://127.0.0.1:${server
  * NATS for the targets that need it, for no longer than they run: concurrent test runs remove
  * leftover testcontainers, and a container held through the whole bench is more likely to go.
  *
- * It gets one core of the two this bench shares among six processes, as a Kubernetes CPU limit
- * would give it (`deploy/k8s/nats.yaml`). With two, Go's scheduler spins on every wakeup: in the
+ * It gets one core of the two this bench shares among six processes, its share, as a CPU limit
+ * sets a pod's (`deploy/k8s/nats.yaml`). With two, Go's scheduler spins on every wakeup: in the
  * distributed proxy at 50×10, nats-server took 18.4-18.5 µs of CPU per message with two and
  * 11.6-12.1 µs with one, in alternating runs.
  */
@@ -173,8 +173,17 @@ export const issueToken = (options: Tokens.IssueOptions) =>
 export interface Usage {
   readonly rssMb: number
   readonly cpuUs: number
-  /** Read and write system calls (socket I/O included), all threads. */
+  /** Read and write system calls (socket I/O included), all threads; NaN when /proc hides them (another user's process). */
   readonly syscalls: number
+}
+
+const ioSyscalls = (pid: number) => {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, "utf8")
+    return Number(/syscr:\s+(\d+)/.exec(io)?.[1] ?? NaN) + Number(/syscw:\s+(\d+)/.exec(io)?.[1] ?? NaN)
+  } catch {
+    return NaN
+  }
 }
 
 /** Resident memory (MB), CPU time (µs) and I/O system calls of processes together (all threads), from /proc. */
@@ -184,8 +193,7 @@ export const usage = (processes: ReadonlyArray<Measured>): Usage => {
   let syscalls = 0
   for (const { pid } of processes) {
     rssKb += Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0)
-    const io = readFileSync(`/proc/${pid}/io`, "utf8")
-    syscalls += Number(/syscr:\s+(\d+)/.exec(io)?.[1] ?? 0) + Number(/syscw:\s+(\d+)/.exec(io)?.[1] ?? 0)
+    syscalls += ioSyscalls(pid)
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th overall.
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
@@ -246,9 +254,10 @@ export const costs = (
     const before = opened[i]
     const after = closed[i]
     if (before === undefined || after === undefined) return []
+    const syscalls = (after.syscalls - before.syscalls) / Math.max(1, count)
     return [
       [`${key}_rss_mb`, after.rssMb],
       [`${key}_cpu_us_per_${unit}`, Math.round(((after.cpuUs - before.cpuUs) / Math.max(1, count)) * 10) / 10],
-      [`${key}_syscalls_per_${unit}`, Math.round(((after.syscalls - before.syscalls) / Math.max(1, count)) * 100) / 100]
+      ...(Number.isNaN(syscalls) ? [] : [[`${key}_syscalls_per_${unit}`, Math.round(syscalls * 100) / 100] as const])
     ] as const
   }))
