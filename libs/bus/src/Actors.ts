@@ -119,7 +119,6 @@ export type ConnectionRecord = typeof ConnectionRecord.Type
 
 const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
 const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
-const decoder = new TextDecoder()
 
 class IncomingFrame implements Frame {
   private decoded: string | undefined
@@ -128,7 +127,7 @@ class IncomingFrame implements Frame {
     return this.message.data
   }
   get text() {
-    return (this.decoded ??= decoder.decode(this.message.data))
+    return (this.decoded ??= text(this.message))
   }
   get traceparent() {
     return this.message.header(Subjects.Header.traceparent)

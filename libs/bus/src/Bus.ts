@@ -86,7 +86,8 @@ const decoder = new TextDecoder()
  * allocates from Node's pool and runs about 4× faster (Node 20).
  */
 export const toBytes = (data: Uint8Array | string): Uint8Array => (typeof data === "string" ? Buffer.from(data) : data)
-export const text = (message: BusMessage): string => decoder.decode(message.data)
+/** The UTF-8 text of a message, a journal entry, or anything else that carries `data`. */
+export const text = (message: { readonly data: Uint8Array }): string => decoder.decode(message.data)
 
 /** `*` matches one token, `>` one or more trailing tokens, as in NATS. */
 export const subjectMatches = (pattern: string, subject: string): boolean => {

@@ -33,7 +33,6 @@ export interface AuthClientShape {
 export class AuthClient extends Context.Tag("@switchboard/auth/AuthClient")<AuthClient, AuthClientShape>() {}
 
 const decodeReply = Schema.decodeUnknownEither(Schema.parseJson(Auth.VerifyReply))
-const decoder = new TextDecoder()
 
 export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.effect(
   AuthClient,
@@ -43,7 +42,7 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.effect(
       bus.request(Subjects.authVerify, token, { timeout: "3 seconds" }).pipe(
         Effect.mapError((e) => new AuthUnavailable({ reason: `auth service unavailable (${e._tag})`, cause: e })),
         Effect.flatMap((m) =>
-          Effect.mapError(decodeReply(decoder.decode(m.data)), (e) => new AuthUnavailable({ reason: "malformed auth reply", cause: e }))
+          Effect.mapError(decodeReply(Bus.text(m)), (e) => new AuthUnavailable({ reason: "malformed auth reply", cause: e }))
         ),
         Effect.flatMap((reply) => (reply.ok ? Effect.succeed(reply.claims) : Effect.fail(new AuthFailed({ reason: reply.error }))))
       )

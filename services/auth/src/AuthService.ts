@@ -10,14 +10,13 @@ import * as Schema from "effect/Schema"
 import { Tokens } from "./Tokens.ts"
 
 const encodeReply = Schema.encodeSync(Schema.parseJson(Auth.VerifyReply))
-const decoder = new TextDecoder()
 
 export const layer: Layer.Layer<never, Bus.BusError, Bus.Bus | Tokens> = Layer.scopedDiscard(
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
     const tokens = yield* Tokens
     const answer = (message: Bus.BusMessage) =>
-      tokens.verify(decoder.decode(message.data)).pipe(
+      tokens.verify(Bus.text(message)).pipe(
         Effect.match({
           onFailure: (e): Auth.VerifyReply => ({ ok: false, error: e.reason }),
           onSuccess: (claims): Auth.VerifyReply => ({ ok: true, claims })

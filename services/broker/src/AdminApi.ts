@@ -15,7 +15,6 @@ import * as BrokerConfig from "./Config.ts"
 
 const decodeRequest = Schema.decodeUnknownEither(Schema.parseJson(Edge.HttpRequest))
 const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
-const decoder = new TextDecoder()
 
 /** The peer message that tells a participant's actor its new privilege (see Broker.ts). */
 export const PRIVILEGE = "privilege"
@@ -92,7 +91,7 @@ export const make = Effect.gen(function*() {
       const entries = yield* log.read(before === undefined ? { limit } : { limit, before })
       return respond(200, {
         topic,
-        envelopes: entries.map((e) => JSON.parse(decoder.decode(e.data)) as unknown),
+        envelopes: entries.map((e) => JSON.parse(Bus.text(e)) as unknown),
         before: entries.length === 0 ? null : entries[0]!.seq
       })
     })
@@ -121,7 +120,7 @@ export const make = Effect.gen(function*() {
   yield* bus.subscribe(
     Subjects.http("broker"),
     (message) => {
-      const request = decodeRequest(decoder.decode(message.data))
+      const request = decodeRequest(Bus.text(message))
       const answer = Either.isLeft(request) ? Effect.succeed(problem(400, "malformed request")) : route(request.right)
       Runtime.runFork(runtime)(Effect.flatMap(answer, (r) => bus.respond(message, encodeResponse(r))).pipe(Effect.ignore))
     },

@@ -119,7 +119,7 @@ export const make = Effect.gen(function*() {
       topic.history.append(message.data)
       return traced?.span.end()
     }
-    const body = decoder.decode(message.data)
+    const body = Bus.text(message)
     if (kind === Mcpx.TopicKind.join) {
       const join = joinCodec.decode(body)
       if (Either.isLeft(join)) return
@@ -323,7 +323,7 @@ export const make = Effect.gen(function*() {
       /** An admin changed this participant's privilege (the KV record is already updated). */
       const onPeer = (message: Bus.BusMessage) => {
         if (message.header(Subjects.Header.kind) !== AdminApi.PRIVILEGE) return
-        const next = decoder.decode(message.data) === "full" ? "full" : "restricted"
+        const next = Bus.text(message) === "full" ? "full" : "restricted"
         privilege = next
         member = { ...member, privilege: next, assigned: true }
         toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))

@@ -74,7 +74,6 @@ const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol
 const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
 const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
 const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
-const decoder = new TextDecoder()
 
 const STATUS_TEXT: Record<number, string> = { 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable" }
 
@@ -286,7 +285,7 @@ const make = (options: EdgeOptions) =>
           }
         })
         .pipe(
-          Effect.flatMap((m) => decodeOpenReply(decoder.decode(m.data))),
+          Effect.flatMap((m) => decodeOpenReply(Bus.text(m))),
           Effect.match({
             onFailure: (e) => {
               if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
@@ -421,7 +420,7 @@ const make = (options: EdgeOptions) =>
         }
         runFork(
           bus.request(Subjects.http(service), encodeHttpRequest(request), { timeout: "10 seconds" }).pipe(
-            Effect.flatMap((m) => decodeHttpResponse(decoder.decode(m.data))),
+            Effect.flatMap((m) => decodeHttpResponse(Bus.text(m))),
             Effect.match({
               onFailure: (e) =>
                 e._tag === "NoResponders"

@@ -29,7 +29,6 @@ import * as Views from "./Views.ts"
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 const { Method, PeerKind, TabNotFound } = Registry
-const decoder = new TextDecoder()
 const isRecord = JsonRpc.isRecord
 
 const decodeHello = Schema.decodeUnknownEither(Registry.Hello)
@@ -601,7 +600,7 @@ export const make = Effect.gen(function*() {
         let from = local
         if (from === undefined) {
           try {
-            from = JSON.parse(decoder.decode(message.data)) as FromTab
+            from = JSON.parse(Bus.text(message)) as FromTab
           } catch {
             return
           }

@@ -28,7 +28,6 @@ export interface RequestOptions {
 
 const requestCodec = Json.codec(Proxy.InternalRequest)
 const replyCodec = Json.codec(Proxy.InternalReply)
-const decoder = new TextDecoder()
 
 /** Runs `method` with `params` on the user's most recently connected extension; its `result` on success. */
 export const request = Effect.fn("InternalClient.request")(function*(
@@ -51,7 +50,7 @@ export const request = Effect.fn("InternalClient.request")(function*(
       }
     })
   )
-  const reply = replyCodec.decode(decoder.decode(answer.data))
+  const reply = replyCodec.decode(Bus.text(answer))
   if (Either.isLeft(reply)) {
     return yield* new InternalError({ code: JsonRpc.ErrorCode.InternalError, message: "Internal error: malformed reply from the router", cause: reply.left })
   }

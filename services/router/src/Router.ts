@@ -276,7 +276,7 @@ export const make = Effect.gen(function*() {
       const onPeer = (message: Bus.BusMessage) =>
         Effect.gen(function*() {
           const kind = message.header(Subjects.Header.kind)
-          const body = decoder.decode(message.data)
+          const body = Bus.text(message)
           if (kind === Proxy.PeerKind.attach) {
             const request = attachCodec.decode(body)
             const reply: Proxy.AttachReply = Either.isLeft(request) || ext === undefined || request.right.user !== ext.user
@@ -413,7 +413,7 @@ export const make = Effect.gen(function*() {
               headers: Actors.peerHeaders(Proxy.PeerKind.attach),
               timeout: "5 seconds"
             })
-            .pipe(Effect.map((m) => attachReplyCodec.decode(decoder.decode(m.data))), Effect.either)
+            .pipe(Effect.map((m) => attachReplyCodec.decode(Bus.text(m))), Effect.either)
           if (Either.isLeft(answer) || Either.isLeft(answer.right) || !answer.right.right.ok) return notFound()
           const attached = answer.right.right
           session = {
@@ -519,7 +519,7 @@ export const make = Effect.gen(function*() {
       const onReply = (message: Bus.BusMessage): Effect.Effect<void> | void => {
         // The extension's actor parsed it already when it lives here too.
         const local = Actors.localValue(message)
-        const parsed = local === undefined ? parse(decoder.decode(message.data)) : Either.right(local)
+        const parsed = local === undefined ? parse(Bus.text(message)) : Either.right(local)
         if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return
         const response = parsed.right
         const mapped = response["id"] as string
@@ -552,7 +552,7 @@ export const make = Effect.gen(function*() {
         const kind = message.header(Subjects.Header.kind)
         if (kind === Proxy.PeerKind.reply) return onReply(message)
         return Effect.suspend((): Effect.Effect<void> => {
-          const body = decoder.decode(message.data)
+          const body = Bus.text(message)
           if (kind === Proxy.PeerKind.gone) {
             const gone = goneCodec.decode(body)
             if (Either.isRight(gone) && session?.connectionId === gone.right.connectionId) {
@@ -594,7 +594,7 @@ export const make = Effect.gen(function*() {
       })
       .pipe(
         Effect.map((answer) => {
-          const reply = internalReplyCodec.decode(decoder.decode(answer.data))
+          const reply = internalReplyCodec.decode(Bus.text(answer))
           return Either.isRight(reply) ? reply.right : refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
         }),
         Effect.catchTag("NoResponders", () => Effect.succeed(undefined)),
@@ -619,7 +619,7 @@ export const make = Effect.gen(function*() {
   yield* bus.subscribe(
     Subjects.routerInternal,
     (message) => {
-      const request = internalRequestCodec.decode(decoder.decode(message.data))
+      const request = internalRequestCodec.decode(Bus.text(message))
       const reply = Either.isLeft(request)
         ? Effect.succeed(refused(ErrorCode.InvalidRequest, "Invalid Request: expected {user, method, params?}"))
         : internalRequest(request.right)
