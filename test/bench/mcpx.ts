@@ -12,7 +12,7 @@ import {
   machineCpuUs,
   natsProcess,
   type Measured,
-  profileWindow,
+  measuredWindow,
   Ready,
   sample,
   type Started,
@@ -141,27 +141,11 @@ const measure = (target: Target) =>
     const met: Array<number> = []
     let best = 0
     for (const rate of RATES) {
-      let endProfileWindow = (_label: string) => {}
-      let opened = snapshot(target)
-      let closed = opened
+      const window = measuredWindow(() => snapshot(target), `mcpx ${target.name} ${rate}/s`)
       const r = yield* Effect.tryPromise(() =>
-        room.step({
-          rate,
-          seconds: SECONDS,
-          drainSeconds: DRAIN_SECONDS,
-          giveUpMs: GIVE_UP_MS,
-          onWindow: (edge) => {
-            if (edge === "open") {
-              opened = snapshot(target)
-              endProfileWindow = profileWindow()
-            } else {
-              closed = snapshot(target)
-              endProfileWindow(`mcpx ${target.name} ${rate}/s`)
-            }
-          }
-        })
+        room.step({ rate, seconds: SECONDS, drainSeconds: DRAIN_SECONDS, giveUpMs: GIVE_UP_MS, onWindow: window.onWindow })
       )
-      print(lineOf(target, rate, r, opened, closed))
+      print(lineOf(target, rate, r, window.opened(), window.closed()))
       if (meetsGoal(rate, r)) met.push(rate)
       if (r.p99Us < GOAL.p99Us && r.undelivered === 0) best = Math.max(best, Math.round(r.delivered / r.seconds))
       if (r.stopped !== undefined) break

@@ -1,7 +1,7 @@
 /** Closed-loop throughput of one running target at every load shape, with its processes' CPU and RSS. */
 import * as Effect from "effect/Effect"
 import { type LoadOptions, percentile, type Result, run, type Shape } from "./load.ts"
-import { costs, type Groups, type Measured, profileWindow, sample, type Started, type Usage } from "./processes.ts"
+import { costs, type Groups, type Measured, measuredWindow, sample, type Started } from "./processes.ts"
 import { print, round2, type ThroughputLine } from "./report.ts"
 
 export const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
@@ -28,25 +28,9 @@ export const measure = (suite: string, target: Target) =>
         ["server", target.server],
         ...Object.entries(target.apart ?? {}).flatMap(([key, p]) => (p === undefined ? [] : [[key, [p]] as const]))
       ]
-      let opened: ReadonlyArray<Usage> = []
-      let closed: ReadonlyArray<Usage> = []
-      let endProfileWindow = profileWindow()
+      const window = measuredWindow(() => sample(groups), `${suite} ${target.name} ${shape}`)
       const r = yield* Effect.tryPromise(() =>
-        run({
-          ...target.load,
-          shape: load,
-          seconds: SECONDS,
-          warmupSeconds: WARMUP,
-          onWindow: (edge) => {
-            if (edge === "open") {
-              opened = sample(groups)
-              endProfileWindow = profileWindow()
-            } else {
-              closed = sample(groups)
-              endProfileWindow(`${suite} ${target.name} ${shape}`)
-            }
-          }
-        })
+        run({ ...target.load, shape: load, seconds: SECONDS, warmupSeconds: WARMUP, onWindow: window.onWindow })
       )
       const line: ThroughputLine = {
         suite,
@@ -55,7 +39,7 @@ export const measure = (suite: string, target: Target) =>
         msgs_per_s: r.msgsPerSec,
         p50_us: r.p50Us,
         p99_us: r.p99Us,
-        ...costs(groups, opened, closed, r.count, "msg")
+        ...costs(groups, window.opened(), window.closed(), r.count, "msg")
       }
       return line
     })

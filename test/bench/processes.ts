@@ -133,6 +133,29 @@ export const profileWindow = () => {
   }
 }
 
+/**
+ * A measured window's samples: `take` as the window opens and as it closes, and the window marked
+ * in the CPU profiles (under `label`) in between. Its `onWindow` is what a load loop calls.
+ */
+export const measuredWindow = <S>(take: () => S, label: string) => {
+  let opened = take()
+  let closed = opened
+  let endProfileWindow = (_label: string) => {}
+  return {
+    onWindow: (edge: "open" | "close") => {
+      if (edge === "open") {
+        opened = take()
+        endProfileWindow = profileWindow()
+      } else {
+        closed = take()
+        endProfileWindow(label)
+      }
+    },
+    opened: () => opened,
+    closed: () => closed
+  }
+}
+
 export const wsUrl = (server: Started, path: string) => `ws://127.0.0.1:${server.port}${path}`
 
 /**
