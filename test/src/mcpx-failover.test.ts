@@ -32,16 +32,25 @@ describe("broker replicas", () => {
       expect((yield* bob.next("chat")).id).toBe(hello.id)
       expect((yield* alice.next("chat")).id).toBe(hello.id)
 
+      /** The replicas that own the broker's connections. */
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
+        Effect.map((records) => new Set(records.filter((r) => r.value.service === "broker").map((r) => r.value.replica))),
+        Effect.orDie
+      )
+      const before = yield* owners
+      expect(before.size).toBe(1)
+
       yield* start
       yield* first.stop
-      // Frames sent before the survivor has adopted the sockets are lost, so wait for it.
-      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
-      yield* Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
-        Effect.map((records) => new Set(records.map((r) => r.value.replica)).size),
-        Effect.filterOrFail((owners) => owners === 1, () => new Error("not adopted yet")),
+      // Frames sent before the survivor has adopted the sockets are lost, so wait for it: until
+      // then the sockets are still the stopped replica's (one owner already, but the wrong one).
+      const adopters = yield* owners.pipe(
+        Effect.filterOrFail((ids) => ids.size === 1 && ![...ids].some((id) => before.has(id)), () => new Error("not adopted yet")),
         Effect.retry(Schedule.spaced("50 millis")),
         Effect.timeout("10 seconds")
       )
+      expect(adopters.size).toBe(1)
       const after = [0, 1, 2].map((i) => alice.send({ kind: "chat", payload: { text: `after ${i}` } }))
       // The very next envelopes are the chats: no second welcome, no presence flapping.
       for (const p of [alice, bob]) {
