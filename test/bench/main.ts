@@ -7,13 +7,13 @@
  * NATS comes from the same testcontainer the tests use.
  */
 import * as Effect from "effect/Effect"
-import { WebSocket } from "ws"
+import type { WebSocket } from "ws"
 import { measure, paired, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
 import { registrySuite } from "./registry.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
 import { report } from "./report.ts"
-import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
+import { benchExtension, isRecord, parseRecord } from "./frames.ts"
 
 // --- edge suite ----------------------------------------------------------------------------
 
@@ -34,45 +34,6 @@ const edgeSuite = Effect.gen(function*() {
 })
 
 // --- proxy suite ---------------------------------------------------------------------------
-
-
-/**
- * The browser extension: one socket in the bench process that answers every request at once.
- * Not a helper process, on purpose: on a 2-core machine a third busy process would take CPU from
- * the very server being measured, and its share would differ between targets (one process for
- * naive-relay and embedded, five for distributed). In here its work is the same for every proxy
- * target (parse one frame, send one frame), so it cannot tilt the proxy targets against each other;
- * plain-ws-echo has no extension and so stays the ceiling it is meant to be.
- */
-const benchExtension = (url: string, token: string) =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly ws: WebSocket; readonly extensionId: string }, Error>((resume) => {
-      const ws = new WebSocket(url, { perMessageDeflate: false })
-      let send = (data: string) => ws.send(data)
-      ws.once("open", () => (send = batchedSender(ws)))
-      ws.on("message", (data: Buffer) => {
-        const message = parseRecord(data)
-        if (message === undefined) return
-        const id = message["id"]
-        const method = message["method"]
-        if (method === "authenticate" && isId(id)) return ws.send(answer(id, { name: "Bench", accessToken: token }))
-        if (method === "authenticated") {
-          const params = message["params"]
-          const extensionId = isRecord(params) ? params["extension_id"] : undefined
-          return resume(
-            typeof extensionId === "string"
-              ? Effect.succeed({ ws, extensionId })
-              : Effect.fail(new Error(`authenticated without an extension_id: ${data.toString()}`))
-          )
-        }
-        // Forwarded requests; notifications (status) carry no id and get no answer.
-        if (typeof method === "string" && isId(id)) send(answer(id, {}))
-      })
-      ws.once("error", (e) => resume(Effect.fail(e)))
-      ws.once("close", (code, reason) => resume(Effect.fail(new Error(`extension socket closed: ${code} ${reason.toString()}`))))
-    }).pipe(Effect.timeoutFail({ duration: "15 seconds", onTimeout: () => new Error(`extension at ${url} was not authenticated within 15 s`) })),
-    ({ ws }) => Effect.sync(() => ws.terminate())
-  )
 
 /** One control request of an MCP client, answered directly by the proxy. */
 const call = (ws: WebSocket, id: string, method: string, params: Record<string, unknown>) =>
