@@ -7,7 +7,7 @@
  * distributed (tabs on edge A, sessions on edge B, each service a process) on NATS.
  */
 import * as Effect from "effect/Effect"
-import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
+import { answer, batchedSender, benchExtension, isId, isRecord, parseRecord } from "./frames.ts"
 import { open, percentile } from "./load.ts"
 import { measure, paired, type Target } from "./measure.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, type Started, unlimited, withNats, wsUrl } from "./processes.ts"
@@ -151,7 +151,8 @@ const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUr
     let errors = 0
     const load = hubLoad(hubUrl, () => errors++)
     const lines = yield* measure("registry", { name, ...processes, load })
-    // The target, a 1×1 round trip within 3× the plain echo's p50, measured in pairs too.
+    // The target, a 1×1 round trip within 3× the plain echo's p50, in pairs of windows: the 1×1
+    // lines' p50s were measured a minute or more apart, on a machine whose speed drifts.
     yield* paired({
       suite: "registry",
       target: name,
@@ -201,12 +202,23 @@ export const registrySuite = Effect.scoped(Effect.gen(function*() {
       return yield* target("switchboard-distributed", { server: [edgeA, edgeB], apart }, edgeA, edgeB)
     }))
   )
+  // The floor under the target: a hand-written one-process relay (servers.ts naive-relay) over
+  // the same four socket crossings, client to relay to extension and back, that parses and
+  // rewrites each frame once per direction and does nothing else.
+  const naive = Effect.scoped(Effect.gen(function*() {
+    const relay = yield* startServer("naive-relay")
+    yield* benchExtension(wsUrl(relay, "/extension"), token)
+    yield* paired({
+      suite: "registry",
+      target: "naive-relay",
+      measure: "call_p50_over_plain_p50_1x1_paired",
+      plainUrl,
+      load: { url: wsUrl(relay, "/mcp") },
+      shape: { clients: 1, inFlight: 1 },
+      ratio: (target, plain) => target.p50Us / plain.p50Us
+    })
+  }))
   const lines = [...(yield* plain), ...(yield* embedded), ...(yield* distributed)]
+  yield* naive
   report(lines, { ratio_to_plain: "plain-ws-echo" })
-  // The target: a round trip at 1×1 within 3× the plain echo's p50.
-  const base = lines.find((l) => l.target === "plain-ws-echo" && l.shape === "1x1")
-  for (const l of lines) {
-    if (l.shape !== "1x1" || l.target === "plain-ws-echo" || base === undefined) continue
-    print({ suite: "registry", target: l.target, measure: "call_p50_over_plain_p50_1x1", ratio: round2(Number(l["p50_us"]) / Number(base["p50_us"])) })
-  }
 }))
