@@ -141,6 +141,21 @@ const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
   }
 })
 
+/**
+ * The target, a 1×1 round trip within 3× the plain echo's p50, in pairs of windows: the 1×1 lines'
+ * p50s were measured a minute or more apart, on a machine whose speed drifts.
+ */
+const callRatio = (target: string, plainUrl: string, load: Target["load"]) =>
+  paired({
+    suite: "registry",
+    target,
+    measure: "call_p50_over_plain_p50_1x1_paired",
+    plainUrl,
+    load,
+    shape: { clients: 1, inFlight: 1 },
+    ratio: (t, plain) => t.p50Us / plain.p50Us
+  })
+
 /** `tools/call` round trips through `/hub` to one tab, and the paired ratio to the plain echo at `plainUrl`. */
 const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUrl: string, hubUrl: string, plainUrl: string) =>
   Effect.gen(function*() {
@@ -151,17 +166,7 @@ const calls = (name: string, processes: Pick<Target, "server" | "apart">, tabsUr
     let errors = 0
     const load = hubLoad(hubUrl, () => errors++)
     const lines = yield* measure("registry", { name, ...processes, load })
-    // The target, a 1×1 round trip within 3× the plain echo's p50, in pairs of windows: the 1×1
-    // lines' p50s were measured a minute or more apart, on a machine whose speed drifts.
-    yield* paired({
-      suite: "registry",
-      target: name,
-      measure: "call_p50_over_plain_p50_1x1_paired",
-      plainUrl,
-      load,
-      shape: { clients: 1, inFlight: 1 },
-      ratio: (target, plain) => target.p50Us / plain.p50Us
-    })
+    yield* callRatio(name, plainUrl, load)
     if (errors > 0) console.error(`warning: ${name} answered ${errors} calls with an error; its figures are not comparable`)
     return lines
   })
@@ -208,15 +213,7 @@ export const registrySuite = Effect.scoped(Effect.gen(function*() {
   const naive = Effect.scoped(Effect.gen(function*() {
     const relay = yield* startServer("naive-relay")
     yield* benchExtension(wsUrl(relay, "/extension"), token)
-    yield* paired({
-      suite: "registry",
-      target: "naive-relay",
-      measure: "call_p50_over_plain_p50_1x1_paired",
-      plainUrl,
-      load: { url: wsUrl(relay, "/mcp") },
-      shape: { clients: 1, inFlight: 1 },
-      ratio: (target, plain) => target.p50Us / plain.p50Us
-    })
+    yield* callRatio("naive-relay", plainUrl, { url: wsUrl(relay, "/mcp") })
   }))
   const lines = [...(yield* plain), ...(yield* embedded), ...(yield* distributed)]
   yield* naive
