@@ -5,6 +5,7 @@
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  */
 import { Edge } from "@switchboard/protocol"
+import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -246,7 +247,8 @@ class Mailbox<R> {
       try {
         work = handler(m)
       } catch (cause) {
-        work = Effect.logError("actor handler threw", cause)
+        // As a defect, so the logger prints the error's message and stack, not `{}`.
+        work = Effect.logError("actor handler threw", Cause.die(cause))
       }
       if (work !== undefined) {
         this.fork(work).addObserver(() => {

@@ -5,6 +5,7 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import * as Json from "./Json.ts"
 
 export const ErrorCode = {
   ParseError: -32700,
@@ -174,15 +175,13 @@ export const decodeValue = (raw: unknown): Either.Either<Incoming, ErrorResponse
   return fast === undefined ? decodeValueWithSchema(raw) : Either.right(fast)
 }
 
-/** Parses one text frame. Invalid JSON is -32700 with `id: null`; a wrong shape is -32600. */
+/**
+ * Parses one text frame. Invalid JSON, or JSON nested deeper than `Json.MAX_DEPTH`, is -32700 with
+ * `id: null`; a wrong shape is -32600.
+ */
 export const decodeFrame = (text: string): Either.Either<Incoming, ErrorResponse> => {
-  let raw: unknown
-  try {
-    raw = JSON.parse(text)
-  } catch (e) {
-    return Either.left(errorResponse(null, ErrorCode.ParseError, `Parse error: ${e instanceof Error ? e.message : "invalid JSON"}`))
-  }
-  return decodeValue(raw)
+  const raw = Json.parse(text)
+  return Either.isLeft(raw) ? Either.left(errorResponse(null, ErrorCode.ParseError, `Parse error: ${raw.left}`)) : decodeValue(raw.right)
 }
 
 export const encode = (message: Message): string =>

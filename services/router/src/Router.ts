@@ -47,13 +47,7 @@ const status = (connected: boolean, peerCount: number) =>
   notification("status", { connected, peer_count: peerCount, timestamp: new Date().toISOString() })
 
 const isRecord = JsonRpc.isRecord
-const parse = (text: string): Either.Either<unknown, string> => {
-  try {
-    return Either.right(JSON.parse(text))
-  } catch (e) {
-    return Either.left(e instanceof Error ? e.message : "invalid JSON")
-  }
-}
+const parse = Json.parse
 /**
  * A message just parsed from a frame, readied to be passed on (under another id, if given):
  * `jsonrpc` filled in, and the spec's optional `connectionId` routing field dropped, so it never
