@@ -4,12 +4,34 @@
  * is the only logger.
  */
 import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Either from "effect/Either"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 
-export const level = Config.logLevel("LOG_LEVEL").pipe(
+/** The names the README documents, and Effect's own labels (`warn`, `off`, ...), in any case. */
+const LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = {
+  all: LogLevel.All,
+  trace: LogLevel.Trace,
+  debug: LogLevel.Debug,
+  info: LogLevel.Info,
+  warn: LogLevel.Warning,
+  warning: LogLevel.Warning,
+  error: LogLevel.Error,
+  fatal: LogLevel.Fatal,
+  none: LogLevel.None,
+  off: LogLevel.None
+}
+
+export const level = Config.string("LOG_LEVEL").pipe(
+  Config.mapOrFail((value) => {
+    const found = LEVELS[value.trim().toLowerCase()]
+    return found === undefined
+      ? Either.left(ConfigError.InvalidData(["LOG_LEVEL"], `expected trace, debug, info, warning, error or none, got ${JSON.stringify(value)}`))
+      : Either.right(found)
+  }),
   Config.withDescription("trace, debug, info, warning, error or none"),
   Config.withDefault(LogLevel.Info)
 )
