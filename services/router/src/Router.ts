@@ -69,6 +69,14 @@ const AUTH_REQUEST = JSON.stringify({ jsonrpc: "2.0", id: AUTH_REQUEST_ID, metho
 /** Ids of the requests the proxy itself sends to an extension; clients may never use them. */
 const PROXY_ID_PREFIX = "proxy:"
 const refused = (code: number, message: string): Proxy.InternalReply => ({ ok: false, code, message })
+/** The shape of the connection ids `connect` mints; anything else in a reply's id was never sent. */
+const CONNECTION_ID = /^conn-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+/** An id a peer sent, for a log line: quoted, and cut short, since it can be as long as a frame. */
+const shown = (id: string) => JSON.stringify(id.length > 80 ? `${id.slice(0, 80)}…` : id)
+
+/** Work the actor carries on without when it fails (a KV write, a reply); the failure is logged. */
+const warnIfFails = (what: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A | void, never, R> =>
+  Effect.catchAll(self, (e) => Effect.logWarning(`router: ${what}`, e))
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
@@ -260,10 +268,24 @@ export const make = Effect.gen(function*() {
         const connectionId = colon < 0 ? id : id.slice(0, colon)
         const client = attached.get(connectionId)
         if (client !== undefined) return conn.peer(client.conn, Proxy.PeerKind.reply, frame.data, undefined, message)
-        // Attached through another replica's view, or a late answer after a disconnect.
+        const self = ext
+        const who = `extension ${self.id} of ${self.user} (conn ${conn.id})`
+        if (!CONNECTION_ID.test(connectionId)) return Effect.logWarning(`router: dropped a reply from ${who} to ${shown(id)}: no connection has that id`)
+        // Attached through another replica's view, or a late answer after a disconnect. Anyone can
+        // write a connection id, so the record must name this very socket and user: otherwise
+        // another extension could answer a request that was never sent to it.
         return proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
-          Effect.map(Option.map((p) => conn.peer(Subjects.ConnId(p.value.clientConn), Proxy.PeerKind.reply, frame.data))),
-          Effect.ignore
+          Effect.flatMap(Option.match({
+            onNone: () => Effect.void,
+            onSome: ({ value: p }) =>
+              p.extensionConn === conn.id && p.user === self.user
+                ? Effect.sync(() => conn.peer(Subjects.ConnId(p.clientConn), Proxy.PeerKind.reply, frame.data))
+                : Effect.logWarning(
+                  `router: dropped a reply from ${who} to ${shown(id)}: ${connectionId} is the connection of ${p.user}'s client (conn ${p.clientConn}) ` +
+                    `to extension ${p.extensionId} (conn ${p.extensionConn})`
+                )
+          })),
+          warnIfFails(`could not look up ${connectionId} for a reply from ${who}`)
         )
       }
 

@@ -76,3 +76,13 @@ export const echoing = (ext: TestClient) =>
     const m = yield* next(ext)
     ext.send({ jsonrpc: "2.0", id: m.id, result: { method: m.method, params: m.params } })
   }).pipe(Effect.forever, Effect.forkScoped)
+
+/**
+ * Waits until the actor of extension `ext` has handled every frame `ext` sent before: an actor
+ * handles a socket's frames in order, and the proxy refuses any request from an extension, so the
+ * refusal of this one comes after all of them.
+ */
+export const handled = (ext: TestClient) =>
+  Effect.map(call(ext, "handled?", "handled?"), (m) => {
+    expect(m).toMatchObject({ id: "handled?", error: { code: -32601 } })
+  })
