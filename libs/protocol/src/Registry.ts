@@ -35,30 +35,67 @@ export type Tool = typeof Tool.Type
 /** MCP caps tool names at 128 characters; a page's own tool name may be no longer. */
 export const MaxToolName = 128
 
+/** Why a tool from a page was not registered; `kind` groups reasons for a summary. */
+export interface ToolRejection {
+  readonly kind: "not-an-object" | "no-name" | "long-name" | "input-schema" | "field-type" | "too-large" | "duplicate" | "over-limit"
+  /** The tool's name, cut short, when it had a string one. */
+  readonly name: string | undefined
+  readonly reason: string
+}
+
+/** A name as it appears in a reason: quoted, and never long enough to blow up a log line. */
+const quoted = (name: string) => (name.length > 40 ? `${JSON.stringify(name.slice(0, 40))}…` : JSON.stringify(name))
+
+export const rejectTool = (kind: ToolRejection["kind"], name: string | undefined, why: string): ToolRejection => ({
+  kind,
+  name: name === undefined ? undefined : name.slice(0, 40),
+  reason: name === undefined ? why : `tool ${quoted(name)}: ${why}`
+})
+
+/** UTF-8 length of a string, without encoding it. */
+export const utf8Length = (s: string): number => {
+  let bytes = 0
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    // A surrogate pair is one 4-byte character: 2 bytes for each of its halves.
+    bytes += c < 0x80 ? 1 : c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 2 : 3
+  }
+  return bytes
+}
+
 /**
- * Checks one tool from a page: a name, and an `inputSchema` that is an object schema. The reason
- * is for the log; the rest of the list still registers.
+ * Checks one tool from a page: a name, an `inputSchema` that is an object schema, and at most
+ * `maxBytes` of JSON as stored (every tool is listed on every `tools/list` page it falls on, and
+ * copied into each session's view, so one huge schema costs every listing). The reason goes back
+ * to the tab; the rest of the list still registers.
  */
-export const validateTool = (u: unknown): Either.Either<Tool, string> => {
-  if (!isRecord(u)) return Either.left("a tool must be an object")
+export const validateTool = (u: unknown, maxBytes = Number.POSITIVE_INFINITY): Either.Either<Tool, ToolRejection> => {
+  if (!isRecord(u)) return Either.left(rejectTool("not-an-object", undefined, "a tool must be an object"))
   const name = u["name"]
-  if (typeof name !== "string" || name.length === 0) return Either.left("a tool needs a non-empty string name")
-  if (name.length > MaxToolName) return Either.left(`tool ${JSON.stringify(name.slice(0, 40))}…: the name is longer than ${MaxToolName} characters`)
+  if (typeof name !== "string" || name.length === 0) return Either.left(rejectTool("no-name", undefined, "a tool needs a non-empty string name"))
+  if (name.length > MaxToolName) return Either.left(rejectTool("long-name", name, `the name is longer than ${MaxToolName} characters`))
   const schema = u["inputSchema"]
   if (!isRecord(schema) || schema["type"] !== "object") {
-    return Either.left(`tool ${JSON.stringify(name)}: inputSchema must be a JSON Schema with type "object"`)
+    return Either.left(rejectTool("input-schema", name, `inputSchema must be a JSON Schema with type "object"`))
   }
   for (const field of ["title", "description"] as const) {
-    if (u[field] !== undefined && typeof u[field] !== "string") return Either.left(`tool ${JSON.stringify(name)}: ${field} must be a string`)
+    if (u[field] !== undefined && typeof u[field] !== "string") return Either.left(rejectTool("field-type", name, `${field} must be a string`))
   }
   for (const field of ["outputSchema", "annotations"] as const) {
-    if (u[field] !== undefined && !isRecord(u[field])) return Either.left(`tool ${JSON.stringify(name)}: ${field} must be an object`)
+    if (u[field] !== undefined && !isRecord(u[field])) return Either.left(rejectTool("field-type", name, `${field} must be an object`))
   }
   const tool: { -readonly [K in keyof Tool]: Tool[K] } = { name, inputSchema: schema }
   if (typeof u["title"] === "string") tool.title = u["title"]
   if (typeof u["description"] === "string") tool.description = u["description"]
   if (isRecord(u["outputSchema"])) tool.outputSchema = u["outputSchema"]
   if (isRecord(u["annotations"])) tool.annotations = u["annotations"]
+  if (Number.isFinite(maxBytes)) {
+    // The frame it came in was depth-checked, so this cannot recurse too deep.
+    const bytes = utf8Length(JSON.stringify(tool))
+    if (bytes > maxBytes) {
+      return Either.left(rejectTool("too-large", name, `${bytes} bytes of JSON, over the limit of ${maxBytes} bytes per tool`))
+    }
+  }
   return Either.right(tool)
 }
 

@@ -29,6 +29,20 @@ export const pageSize = Config.integer("REGISTRY_PAGE_SIZE").pipe(
   Config.withDescription("Tools per tools/list page"),
   Config.withDefault(100)
 )
+export const pageBytes = Config.integer("REGISTRY_PAGE_BYTES").pipe(
+  Config.withDescription(
+    "Bytes of tools per tools/list page (a page always holds at least one tool); keep it under the bus's largest message (NATS: 1 MiB by default) and the edge's EDGE_OUTBOUND_HWM"
+  ),
+  Config.withDefault(512 * 1024)
+)
+export const maxToolBytes = Config.integer("REGISTRY_MAX_TOOL_BYTES").pipe(
+  Config.withDescription("Largest tool a tab may register, as JSON (name, title, description, schemas, annotations); bigger ones are rejected"),
+  Config.withDefault(64 * 1024)
+)
+export const warningInterval = Config.duration("REGISTRY_WARNING_INTERVAL").pipe(
+  Config.withDescription("At most one warning per /tabs socket this often about what it sent; the next one counts those held back"),
+  Config.withDefault("10 seconds")
+)
 export const maxToolsPerTab = Config.integer("REGISTRY_MAX_TOOLS_PER_TAB").pipe(
   Config.withDescription("Tools one tab may register; the rest are rejected"),
   Config.withDefault(256)

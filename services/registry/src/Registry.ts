@@ -8,7 +8,7 @@
  */
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, Kv, Subjects, TimedMap } from "@switchboard/bus"
-import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
+import { Edge, Json, JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -24,7 +24,9 @@ import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import * as RegistryConfig from "./Config.ts"
 import * as Naming from "./Naming.ts"
+import * as Rejections from "./Rejections.ts"
 import * as Views from "./Views.ts"
+import { WarningThrottle } from "./WarningThrottle.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -47,11 +49,16 @@ const sameTools = (a: ReadonlyArray<Registry.Tool>, b: ReadonlyArray<Registry.To
   return a.every((t) => sameJson(t, byName.get(t.name)))
 }
 
+/** DNS caps a name at 253 characters; the domain goes into every one of its tools' descriptions. */
+const MaxHostname = 253
+/** A page title goes into every one of the tab's tools' descriptions; longer ones are cut. */
+const MaxTitle = 256
+
 /** The host (with port) of an http(s) URL, or undefined. */
 const hostOf = (url: string): string | undefined => {
   try {
     const u = new URL(url)
-    return (u.protocol === "http:" || u.protocol === "https:") && u.host !== "" ? u.host : undefined
+    return (u.protocol === "http:" || u.protocol === "https:") && u.host !== "" && u.hostname.length <= MaxHostname ? u.host : undefined
   } catch {
     return undefined
   }
@@ -70,6 +77,19 @@ interface FromTab {
   readonly message: Record<string, unknown>
 }
 
+/**
+ * A `from-tab` peer message as it came over the bus. Only tab actors send these, but the bus is
+ * not a trust boundary for shape: a message that is not one is logged, never thrown on.
+ */
+const parseFromTab = (text: string): Either.Either<FromTab, string> => {
+  // The tab's frame passed the depth check already; wrapping it here added one level.
+  const parsed = Json.parse(text, Json.MAX_DEPTH + 1)
+  if (Either.isLeft(parsed)) return Either.left(parsed.left)
+  const value = parsed.right
+  if (!isRecord(value) || typeof value["tab"] !== "string" || !isRecord(value["message"])) return Either.left("expected {tab: string, message: object}")
+  return Either.right({ tab: value["tab"], message: value["message"] })
+}
+
 export const make = Effect.gen(function*() {
   const kv = yield* Kv.Kv
   const auth = yield* AuthClient.AuthClient
@@ -85,6 +105,9 @@ export const make = Effect.gen(function*() {
     staleTabAge: yield* RegistryConfig.staleTabAge,
     authTimeout: yield* RegistryConfig.authTimeout,
     pageSize: yield* RegistryConfig.pageSize,
+    pageBytes: yield* RegistryConfig.pageBytes,
+    maxToolBytes: yield* RegistryConfig.maxToolBytes,
+    warningInterval: yield* RegistryConfig.warningInterval,
     maxToolsPerTab: yield* RegistryConfig.maxToolsPerTab,
     maxPending: yield* RegistryConfig.maxPending,
     replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat
@@ -110,6 +133,12 @@ export const make = Effect.gen(function*() {
       let key = ""
       /** The cached tools this actor last wrote, so re-registering the same list writes nothing. */
       const written = new Map<string, Registry.CachedToolRecord>()
+      /** What the tab sends wrong is logged at this rate, however fast it sends it. */
+      const warnings = new WarningThrottle(Duration.toMillis(config.warningInterval))
+      const warn = (message: string) => {
+        const line = warnings.admit(`tab ${tab === undefined ? conn.id : `${tab.tabId} of ${tab.domain} (${conn.id})`}: ${message}`)
+        return line === undefined ? Effect.void : Effect.logWarning(line)
+      }
 
       const saved = restored ? yield* recall(conn) : Option.none()
       if (Option.isSome(saved) && saved.value.role === "tab") {
@@ -119,15 +148,17 @@ export const make = Effect.gen(function*() {
       }
       const helloTimer = tab === undefined ? yield* deadline(conn, `${Method.hello} expected first`) : undefined
 
+      /** Whether the record was stored; a failure is logged. */
       const save = (next: Registry.TabRecord) =>
         tabs.put(key, next).pipe(
           Effect.tap(() => Effect.sync(() => (tab = next))),
-          Effect.catchAll((e) => Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e))
+          Effect.as(true),
+          Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e), false))
         )
       const answer = (id: JsonRpc.Id | undefined, value: unknown) => (id === undefined ? undefined : conn.send(result(id, value)))
       /** A request gets the error; a notification can only be logged. */
       const refuse = (id: JsonRpc.Id | undefined, code: number, message: string) =>
-        id === undefined ? Effect.logWarning(`tab ${conn.id}: ${message}`) : Effect.sync(() => conn.send(failure(id, code, message)))
+        id === undefined ? warn(message) : Effect.sync(() => conn.send(failure(id, code, message)))
 
       const hello = (params: unknown, id: JsonRpc.Id | undefined) =>
         Effect.gen(function*() {
@@ -135,9 +166,10 @@ export const make = Effect.gen(function*() {
           if (Either.isLeft(decoded)) {
             return conn.close(CloseCode.ProtocolError, `${Method.hello}: expected {tabId, url, title?, active?}`)
           }
-          const { active, tabId, title, url } = decoded.right
+          const { active, tabId, url } = decoded.right
+          const title = decoded.right.title?.slice(0, MaxTitle)
           const domain = hostOf(url)
-          if (domain === undefined) return conn.close(CloseCode.ProtocolError, `${Method.hello}: url must be an http(s) URL`)
+          if (domain === undefined) return conn.close(CloseCode.ProtocolError, `${Method.hello}: url must be an http(s) URL with a host name of at most ${MaxHostname} characters`)
           if (origin !== undefined && origin !== domain) {
             return conn.close(CloseCode.PolicyViolation, `the tab's url (${domain}) does not match its Origin (${origin})`)
           }
@@ -179,27 +211,30 @@ export const make = Effect.gen(function*() {
           const decoded = decodeRegister(params ?? {})
           if (Either.isLeft(decoded)) return yield* refuse(id, ErrorCode.InvalidParams, `Invalid params: ${method} expects {tools: Tool[]}`)
           const accepted: Array<Registry.Tool> = []
-          const rejected: Array<string> = []
+          const rejected: Array<Registry.ToolRejection> = []
           const names = new Set<string>()
           for (const candidate of decoded.right.tools) {
-            const tool = Registry.validateTool(candidate)
+            const tool = Registry.validateTool(candidate, config.maxToolBytes)
             if (Either.isLeft(tool)) rejected.push(tool.left)
-            else if (names.has(tool.right.name)) rejected.push(`tool ${JSON.stringify(tool.right.name)}: listed twice; the first one counts`)
-            else if (accepted.length >= config.maxToolsPerTab) rejected.push(`tool ${JSON.stringify(tool.right.name)}: over the limit of ${config.maxToolsPerTab} tools per tab`)
-            else {
+            else if (names.has(tool.right.name)) rejected.push(Registry.rejectTool("duplicate", tool.right.name, "listed twice; the first one counts"))
+            else if (accepted.length >= config.maxToolsPerTab) {
+              rejected.push(Registry.rejectTool("over-limit", tool.right.name, `over the limit of ${config.maxToolsPerTab} tools per tab`))
+            } else {
               names.add(tool.right.name)
               accepted.push(tool.right)
             }
           }
-          if (rejected.length > 0) {
-            yield* Effect.logWarning(`tab ${current.tabId} of ${current.domain}: rejected ${rejected.length} tool(s): ${rejected.join("; ")}`)
-          }
+          // One bounded line, at a bounded rate: the tab's answer has the details.
+          if (rejected.length > 0) yield* warn(Rejections.logLine(rejected))
           const tabUrl = decoded.right.tabUrl
           const url = tabUrl !== undefined && hostOf(tabUrl) === current.domain ? tabUrl : current.url
           // Idempotent: the same list again changes nothing and tells nobody.
           if (url !== current.url || !sameTools(accepted, current.tools)) {
-            yield* save({ ...current, url, tools: accepted, updatedAt: Date.now() })
+            const stored = yield* save({ ...current, url, tools: accepted, updatedAt: Date.now() })
+            if (!stored) return yield* refuse(id, ErrorCode.InternalError, `Internal error: could not store the tab's tools; send ${method} again`)
           }
+          // Only the tools this tab still lists can be written again; the rest would only grow the map.
+          for (const name of written.keys()) if (!names.has(name)) written.delete(name)
           for (const tool of accepted) {
             if (!Registry.isCached(tool)) continue
             const record: Registry.CachedToolRecord = { domain: current.domain, url, tool, cachedAt: Date.now() }
@@ -210,7 +245,7 @@ export const make = Effect.gen(function*() {
               Effect.catchAll((e) => Effect.logWarning(`could not cache tool ${tool.name}`, e))
             )
           }
-          return answer(id, { registered: accepted.length, rejected })
+          return answer(id, { registered: accepted.length, ...Rejections.forTab(rejected) })
         })
 
       /** A response or progress notification for a hub session: its id or token starts with the session's conn id. */
@@ -481,12 +516,24 @@ export const make = Effect.gen(function*() {
           offset = typeof cursor === "string" && /^[0-9]+$/.test(cursor) ? Number(cursor) : -1
           if (offset < 0 || offset > all.tools.length) return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
         }
-        const end = offset + config.pageSize
+        // A page ends at pageSize tools or before pageBytes, whichever comes first, but holds at
+        // least one tool: a page of large tools could otherwise outgrow what the bus and the edge
+        // carry, and the session would be closed on every attempt to list.
+        const parts: Array<string> = []
+        let bytes = 0
+        let end = offset
+        while (end < all.tools.length && parts.length < config.pageSize) {
+          const part = JSON.stringify(Naming.toMcp(all.tools[end]!))
+          const size = Buffer.byteLength(part) + 1
+          if (parts.length > 0 && bytes + size > config.pageBytes) break
+          parts.push(part)
+          bytes += size
+          end++
+        }
         shown = view?.aggregate()
-        send(result(request.id, {
-          tools: all.tools.slice(offset, end).map(Naming.toMcp),
-          ...(end < all.tools.length ? { nextCursor: String(end) } : {})
-        }))
+        // The tools are serialized once, to measure them, and joined as they are.
+        const next = end < all.tools.length ? `,"nextCursor":${JSON.stringify(String(end))}` : ""
+        send(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
       }
 
       const initialize = (request: JsonRpc.Request) => {
@@ -533,7 +580,9 @@ export const make = Effect.gen(function*() {
         if (request.method === "tools/list") return toolsList(request)
         if (request.method !== "tools/call") return send(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
         if (!traced) return toolsCall(request, undefined)
-        const name = isRecord(request.params) ? String(request.params["name"]) : ""
+        // Not String(): an object with a "toString" field that is not a function makes it throw.
+        const named = isRecord(request.params) ? request.params["name"] : undefined
+        const name = typeof named === "string" ? named : ""
         return Effect.currentSpan.pipe(
           Effect.map((span) => toolsCall(request, span)),
           // Tool names are many (per domain and tab): they go in attributes, not span names.
@@ -596,20 +645,17 @@ export const make = Effect.gen(function*() {
       }
 
       const fromTab = (message: Bus.BusMessage): Effect.Effect<void> | void => {
-        const local = Actors.localValue(message) as FromTab | undefined
-        let from = local
+        let from = Actors.localValue(message) as FromTab | undefined
         if (from === undefined) {
-          try {
-            from = JSON.parse(Bus.text(message)) as FromTab
-          } catch {
-            return
-          }
+          const parsed = parseFromTab(Bus.text(message))
+          if (Either.isLeft(parsed)) return Effect.logWarning(`hub ${conn.id}: dropped a malformed ${PeerKind.fromTab} message: ${parsed.left}`)
+          from = parsed.right
         }
         const m = from.message
-        if (!isRecord(m)) return
         const params = isRecord(m["params"]) ? m["params"] : {}
         if (m["method"] === "notifications/progress") {
-          const call = byMapped.get(String(params["progressToken"]))
+          const token = params["progressToken"]
+          const call = typeof token === "string" ? byMapped.get(token) : undefined
           if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
           return send(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
         }
@@ -654,7 +700,10 @@ export const make = Effect.gen(function*() {
   const answerOf = (call: Call, m: Record<string, unknown>): string => {
     if ("error" in m && isRecord(m["error"])) {
       const error = m["error"]
-      return failure(call.id, typeof error["code"] === "number" ? error["code"] : ErrorCode.InternalError, String(error["message"] ?? "the tab failed"))
+      // The tab's own fields, checked rather than converted: String() throws on {"toString": 1}.
+      const given = error["code"]
+      const code = typeof given === "number" && Number.isSafeInteger(given) ? given : ErrorCode.InternalError
+      return failure(call.id, code, typeof error["message"] === "string" ? error["message"] : "the tab failed")
     }
     const answered = m["result"]
     if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")

@@ -1,0 +1,45 @@
+/** What a tab and the log hear about rejected tools stays small however many there are. */
+import { describe, expect, it } from "@effect/vitest"
+import { Registry } from "@switchboard/protocol"
+import * as Either from "effect/Either"
+import * as Rejections from "../src/Rejections.ts"
+
+const many = (n: number) => Array.from({ length: n }, (_, i) => Registry.rejectTool("over-limit", `t${i}`, "over the limit of 256 tools per tab"))
+
+describe("tool rejections", () => {
+  it("quotes every reason of a short list", () => {
+    const rs = [Registry.rejectTool("no-name", undefined, "a tool needs a non-empty string name"), ...many(2)]
+    expect(Rejections.forTab(rs)).toEqual({
+      rejected: ["a tool needs a non-empty string name", 'tool "t0": over the limit of 256 tools per tab', 'tool "t1": over the limit of 256 tools per tab'],
+      rejectedCount: 3,
+      rejectedByKind: { "no-name": 1, "over-limit": 2 }
+    })
+    expect(Rejections.forTab([])).toEqual({ rejected: [] })
+  })
+
+  it("counts a long list by kind, and quotes only its first reasons", () => {
+    const rs = many(10_000)
+    const answer = Rejections.forTab(rs)
+    expect(answer.rejected).toHaveLength(Rejections.QuotedInAnswer)
+    expect(answer.rejectedCount).toBe(10_000)
+    expect(JSON.stringify(answer).length).toBeLessThan(2_048)
+    const line = Rejections.logLine(rs)
+    expect(line).toMatch(/^rejected 10000 tool\(s\) \(over-limit: 10000\): tool "t0": .*; and 9995 more$/)
+    expect(line.length).toBeLessThan(512)
+  })
+
+  it("cuts long names in reasons", () => {
+    const tool = Registry.validateTool({ name: "n".repeat(128), inputSchema: { type: "array" } })
+    if (Either.isRight(tool)) throw new Error("expected a rejection")
+    expect(tool.left).toMatchObject({ kind: "input-schema", name: "n".repeat(40) })
+    expect(tool.left.reason.length).toBeLessThan(120)
+  })
+
+  it("rejects a tool over the byte limit, counting UTF-8 bytes", () => {
+    const small = { name: "t", inputSchema: { type: "object" } }
+    expect(Either.isRight(Registry.validateTool(small, 100))).toBe(true)
+    const big = Registry.validateTool({ ...small, description: "é".repeat(40) }, 100)
+    expect(Either.isLeft(big) && big.left).toMatchObject({ kind: "too-large", reason: 'tool "t": 141 bytes of JSON, over the limit of 100 bytes per tool' })
+    expect(Registry.utf8Length("aé€😀")).toBe(Buffer.byteLength("aé€😀"))
+  })
+})
