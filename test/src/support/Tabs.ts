@@ -13,6 +13,7 @@ import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/typ
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
 import * as z from "zod"
+import { connect } from "./Client.ts"
 import { token } from "./Stack.ts"
 
 // The SDK's WebSocket transport uses the global WebSocket, which Node 20 does not have.
@@ -185,3 +186,24 @@ export const toolsUntil = (client: Client, ok: (names: ReadonlyArray<string>) =>
       yield* Effect.sleep("10 millis")
     }
   })
+
+/** A `/tabs` socket driven frame by frame (see support/Client.ts), authenticated as `user`. */
+export const rawTab = (ws: string, user: string, origin?: string) =>
+  Effect.flatMap(token({ sub: user }), (t) => connect(`${ws}/tabs?token=${t}`, origin === undefined ? {} : { origin }))
+
+/** The frames a tab bridge sends, as plain objects. */
+export const tabFrames = {
+  hello: (tabId: number, url: string, extra: { readonly title?: string; readonly id?: string | number } = {}) => ({
+    jsonrpc: "2.0",
+    ...(extra.id === undefined ? {} : { id: extra.id }),
+    method: "browser/hello",
+    params: { tabId, url, ...(extra.title === undefined ? {} : { title: extra.title }) }
+  }),
+  register: (tools: ReadonlyArray<unknown>, id?: string | number) => ({
+    jsonrpc: "2.0",
+    ...(id === undefined ? {} : { id }),
+    method: "browser/registerTools",
+    params: { tools }
+  }),
+  tool: (name: string, extra: object = {}) => ({ name, inputSchema: { type: "object" }, ...extra })
+}
