@@ -9,8 +9,8 @@ import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { attach, client, extensionOf, handled, next } from "./support/ProxyPeers.ts"
-import { busLayer, stack } from "./support/Stack.ts"
+import { attach, call, client, extensionOf, handled, next } from "./support/ProxyPeers.ts"
+import { busLayer, stack, token } from "./support/Stack.ts"
 
 const start = (env: Record<string, string> = {}) =>
   Effect.gen(function*() {
@@ -58,5 +58,26 @@ describe("forged replies", () => {
       const bobsOwn = yield* next(bobs.c)
       bobs.c.send({ jsonrpc: "2.0", id: bobsOwn.id, result: { bob: true } })
       expect(yield* next(bob)).toEqual({ jsonrpc: "2.0", id: 1, result: { bob: true } })
+    }))
+})
+
+describe("a second mcp_handshake", () => {
+  it.scopedLive("is refused with -32001 and leaves the socket its first user's", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const alices = yield* extensionOf(ws, "alice")
+      yield* extensionOf(ws, "bob")
+      const mcp = yield* client(ws, "alice")
+      expect(yield* call(mcp, 2, "mcp_handshake", { accessToken: yield* token({ sub: "bob" }) })).toEqual({
+        jsonrpc: "2.0",
+        id: 2,
+        error: { code: -32001, message: "MCP client already authenticated" }
+      })
+      // The same user's token again is no different.
+      expect((yield* call(mcp, 3, "mcp_handshake", { access_token: yield* token({ sub: "alice" }) })).error).toEqual({
+        code: -32001,
+        message: "MCP client already authenticated"
+      })
+      expect((yield* call(mcp, 4, "list_extensions")).result).toEqual({ extensions: [{ id: alices.id, name: "Chrome 141", connected: true }] })
     }))
 })

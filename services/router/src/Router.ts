@@ -397,6 +397,8 @@ export const make = Effect.gen(function*() {
 
       const handshake = (request: JsonRpc.Request) =>
         Effect.gen(function*() {
+          // A socket is one user's for its whole life: a second token must not switch it to another.
+          if (user !== undefined) return send(failure(request.id, ErrorCode.ServerError1, "MCP client already authenticated"))
           const params = decodeHandshake(request.params ?? {})
           const token = Either.isRight(params) ? tokenOf(params.right) : undefined
           if (token === undefined) return send(failure(request.id, ErrorCode.ServerError, "Authentication failed: accessToken is required"))
