@@ -5,12 +5,18 @@
  * Each test failed on the router before its fix.
  */
 import { describe, expect, it } from "@effect/vitest"
+import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
+import { NatsServer } from "@switchboard/testing"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import { closedWith, connect } from "./support/Client.ts"
 import { attach, call, client, extensionOf, handled, next } from "./support/ProxyPeers.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
+import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
 
 const start = (env: Record<string, string> = {}) =>
   Effect.gen(function*() {
@@ -80,4 +86,92 @@ describe("a second mcp_handshake", () => {
       })
       expect((yield* call(mcp, 4, "list_extensions")).result).toEqual({ extensions: [{ id: alices.id, name: "Chrome 141", connected: true }] })
     }))
+})
+
+describe("sockets held open", () => {
+  it.scopedLive("an /mcp socket that does not complete mcp_handshake in time is closed with 1008; failed attempts don't extend it", () =>
+    Effect.gen(function*() {
+      const ws = yield* start({ ROUTER_AUTH_TIMEOUT: "500 millis" })
+      const alice = yield* client(ws, "alice")
+      const silent = yield* connect(`${ws}/mcp`)
+      expect(yield* closedWith(silent)).toEqual({ code: 1008, reason: "Authentication failed: no mcp_handshake in time" })
+      // A socket that keeps trying with bad tokens, more often than the deadline, is closed all the same.
+      const persistent = yield* connect(`${ws}/mcp`)
+      yield* call(persistent, 1, "mcp_handshake", { accessToken: "garbage" }).pipe(
+        Effect.tap((m) => expect(m.error).toMatchObject({ code: -32000 })),
+        Effect.repeat(Schedule.spaced("100 millis")),
+        Effect.forkScoped
+      )
+      expect(yield* closedWith(persistent)).toEqual({ code: 1008, reason: "Authentication failed: no mcp_handshake in time" })
+      // Alice's socket opened before both and is past its deadline too, but she had authenticated.
+      expect(yield* Deferred.poll(alice.closed)).toEqual(Option.none())
+      expect((yield* call(alice, 2, "list_extensions")).result).toEqual({ extensions: [] })
+    }))
+
+  it.scopedLive("caps the MCP clients and extensions of one user, and a seat comes free when one goes", () =>
+    Effect.gen(function*() {
+      const ws = yield* start({ ROUTER_MAX_CLIENTS_PER_USER: "2", ROUTER_MAX_EXTENSIONS_PER_USER: "1" })
+      const aliceToken = yield* token({ sub: "alice" })
+      const first = yield* client(ws, "alice")
+      yield* client(ws, "alice")
+      const third = yield* connect(`${ws}/mcp`)
+      expect(yield* call(third, 1, "mcp_handshake", { accessToken: aliceToken })).toEqual({
+        jsonrpc: "2.0",
+        id: 1,
+        error: { code: -32000, message: "Too many connections for this user (limit 2 MCP clients)" }
+      })
+      expect((yield* call(third, 2, "list_extensions")).error).toEqual({ code: -32000, message: "Not authenticated: send mcp_handshake first" })
+      // Per user: Bob is not affected.
+      yield* client(ws, "bob")
+      first.ws.close()
+      yield* closedWith(first)
+      // The router hears of the close just after the client does.
+      const admitted = yield* call(third, 3, "mcp_handshake", { accessToken: aliceToken }).pipe(
+        Effect.filterOrFail((m) => "result" in m),
+        Effect.retry(Schedule.spaced("50 millis")),
+        Effect.timeout("5 seconds")
+      )
+      expect(admitted.result).toMatchObject({ authenticated: true, user_id: "alice" })
+
+      yield* extensionOf(ws, "alice")
+      const extra = yield* connect(`${ws}/extension`)
+      yield* next(extra)
+      extra.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Firefox", accessToken: aliceToken } })
+      expect(yield* closedWith(extra)).toEqual({ code: 1008, reason: "Too many connections for this user (limit 1 extensions)" })
+      yield* extensionOf(ws, "bob")
+    }))
+
+  it.live("a replica that adopts an authenticated client gives it no handshake deadline", () =>
+    Effect.gen(function*() {
+      const env = { ROUTER_REPLICA_HEARTBEAT: "200 millis", ROUTER_AUTH_TIMEOUT: "1 second" }
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
+      const ws = edge.url.replace("http", "ws")
+      const first = yield* replica(Router.layer, servers, ns, env)
+      yield* Effect.addFinalizer(() => first.stop)
+      const { connectionId, ext, mcp } = yield* connected(ws)
+      const second = yield* replica(Router.layer, servers, ns, env)
+      yield* Effect.addFinalizer(() => second.stop)
+
+      // The first replica, holding both sockets, stops; wait until the second owns them.
+      yield* first.stop
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      yield* Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
+        Effect.filterOrFail((records) => new Set(records.map((r) => r.value.replica)).size === 1),
+        Effect.retry(Schedule.spaced("50 millis")),
+        Effect.timeout("10 seconds")
+      )
+      // A socket opened after the adoption is closed at its deadline, so the adopted client's
+      // would have passed too.
+      const late = yield* connect(`${ws}/mcp`)
+      expect((yield* closedWith(late)).code).toBe(1008)
+      expect(yield* Deferred.poll(mcp.closed)).toEqual(Option.none())
+      mcp.send({ jsonrpc: "2.0", id: 9, method: "getTabs" })
+      const forwarded = yield* next(ext.c)
+      expect(forwarded.id).toBe(`${connectionId}:9`)
+      ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: { adopted: true } })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 9, result: { adopted: true } })
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

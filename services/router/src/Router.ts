@@ -22,6 +22,7 @@ import type * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
 import * as RouterConfig from "./Config.ts"
+import { UserQuota } from "./UserQuota.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -93,6 +94,8 @@ export const make = Effect.gen(function*() {
     maxPending: yield* RouterConfig.maxPending,
     connectionRate: yield* RouterConfig.connectionRate,
     userRate: yield* RouterConfig.userRate,
+    maxClientsPerUser: yield* RouterConfig.maxClientsPerUser,
+    maxExtensionsPerUser: yield* RouterConfig.maxExtensionsPerUser,
     replicaHeartbeat: yield* RouterConfig.replicaHeartbeat
   }
   const timeoutMillis = Duration.toMillis(config.requestTimeout)
@@ -112,6 +115,8 @@ export const make = Effect.gen(function*() {
     if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
     return b
   }
+  const clientSeats = new UserQuota(config.maxClientsPerUser)
+  const extensionSeats = new UserQuota(config.maxExtensionsPerUser)
   /** The status keepalive, for as long as the connection's scope lives. */
   const keepalive = (scope: Scope.Scope, send: () => void) =>
     Effect.sync(send).pipe(Effect.delay(config.statusInterval), Effect.forever, Effect.forkIn(scope))
@@ -143,6 +148,7 @@ export const make = Effect.gen(function*() {
         const record = yield* extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(Effect.orElseSucceed(() => Option.none()))
         if (Option.isSome(record) && record.value.value.conn === conn.id) {
           ext = record.value.value
+          yield* extensionSeats.take(user, scope, true)
           const all = yield* proxies.values().pipe(Effect.orElseSucceed(() => []))
           for (const { value: p } of all) {
             if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: Subjects.ConnId(p.clientConn) })
@@ -170,8 +176,12 @@ export const make = Effect.gen(function*() {
           }
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
-          if (timeout !== undefined) yield* Fiber.interrupt(timeout)
           const user = claims.right.sub
+          if (!(yield* extensionSeats.take(user, scope))) {
+            yield* Effect.logWarning(`refused an extension of ${user}: it has ${config.maxExtensionsPerUser} on this replica`)
+            return conn.close(CloseCode.PolicyViolation, `Too many connections for this user (limit ${config.maxExtensionsPerUser} extensions)`)
+          }
+          if (timeout !== undefined) yield* Fiber.interrupt(timeout)
           const clientId = answer.right.client_id
           const id = clientId === undefined ? `ext-${randomUUID()}` : yield* stableId(user, clientId)
           const key = Subjects.Key.userExtension(user, id)
@@ -342,6 +352,7 @@ export const make = Effect.gen(function*() {
 
   const clientActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
+      const scope = yield* Effect.scope
       let user: string | undefined
       let session:
         | {
@@ -358,6 +369,7 @@ export const make = Effect.gen(function*() {
       const saved = restored ? yield* recall(conn) : Option.none()
       if (Option.isSome(saved) && saved.value.role === "client") {
         user = saved.value.user
+        yield* clientSeats.take(user, scope, true)
         const connectionId = saved.value.connectionId
         if (connectionId !== undefined) {
           const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.orElseSucceed(() => Option.none()))
@@ -373,6 +385,12 @@ export const make = Effect.gen(function*() {
           }
         }
       }
+      // An anonymous socket would hold its place forever: as on /extension, authenticating has a
+      // deadline. Failed attempts don't extend it; an adopted socket that had authenticated has none.
+      const deadline = user !== undefined ? undefined : yield* Effect.sleep(config.authTimeout).pipe(
+        Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))),
+        Effect.forkScoped
+      )
       const pending = new TimedMap<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
       const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
 
@@ -404,7 +422,13 @@ export const make = Effect.gen(function*() {
           if (token === undefined) return send(failure(request.id, ErrorCode.ServerError, "Authentication failed: accessToken is required"))
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${claims.left.reason}`))
-          user = claims.right.sub
+          const who = claims.right.sub
+          if (!(yield* clientSeats.take(who, scope))) {
+            yield* Effect.logWarning(`refused an MCP client of ${who}: it has ${config.maxClientsPerUser} on this replica`)
+            return send(failure(request.id, ErrorCode.ServerError, `Too many connections for this user (limit ${config.maxClientsPerUser} MCP clients)`))
+          }
+          if (deadline !== undefined) yield* Fiber.interrupt(deadline)
+          user = who
           yield* remember(conn, { role: "client", user })
           send(result(request.id, { authenticated: true, user_id: user, mcp_client_id: `mcp-${randomUUID()}` }))
         })
