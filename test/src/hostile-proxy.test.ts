@@ -33,6 +33,12 @@ const connected = (ws: string, sub = "alice") =>
     return { ext, mcp, connectionId: yield* attach(mcp, ext.id) }
   })
 
+/** A request whose params nest `depth` objects deep: JSON.parse copes, what recurses after it does not. */
+const nested = (depth: number, id: number | string = 1) =>
+  `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"method":"createTab","params":${"{\"a\":".repeat(depth)}1${"}".repeat(depth)}}`
+
+const PARSE_ERROR = { jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error: JSON nested deeper than 64 levels" } }
+
 describe("forged replies", () => {
   it.scopedLive("only the extension a connection is attached to can answer for it; another user's or an unattached one's reply is dropped", () =>
     Effect.gen(function*() {
@@ -174,4 +180,38 @@ describe("sockets held open", () => {
       ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: { adopted: true } })
       expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 9, result: { adopted: true } })
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
+
+describe("frames nested thousands deep", () => {
+  it.scopedLive("on /mcp, before and after connect, are answered at once with -32700 and the socket keeps working", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const ext = yield* extensionOf(ws, "alice")
+      const mcp = yield* client(ws, "alice")
+      mcp.send(nested(6_000))
+      expect(yield* next(mcp)).toEqual(PARSE_ERROR)
+      yield* attach(mcp, ext.id)
+      mcp.send(nested(6_000, 2))
+      expect(yield* next(mcp)).toEqual(PARSE_ERROR)
+      // Within the limit, it goes through.
+      mcp.send(nested(60, 3))
+      const forwarded = yield* next(ext.c)
+      expect(forwarded.id).toMatch(/:3$/)
+      ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: { ok: true } })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 3, result: { ok: true } })
+    }))
+
+  it.scopedLive("from an extension, even as the answer to a pending request, get -32700 and its later replies still reach the client", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const { ext, mcp } = yield* connected(ws)
+      ext.c.send(nested(6_000, "proxy:1"))
+      expect(yield* next(ext.c)).toEqual(PARSE_ERROR)
+      mcp.send({ jsonrpc: "2.0", id: 4, method: "getTabs" })
+      const forwarded = yield* next(ext.c)
+      ext.c.send(`{"jsonrpc":"2.0","id":${JSON.stringify(forwarded.id)},"result":${"[".repeat(6_000)}${"]".repeat(6_000)}}`)
+      expect(yield* next(ext.c)).toEqual(PARSE_ERROR)
+      ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: { tabs: [] } })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 4, result: { tabs: [] } })
+    }))
 })
