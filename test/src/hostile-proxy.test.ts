@@ -71,6 +71,19 @@ describe("forged replies", () => {
       bobs.c.send({ jsonrpc: "2.0", id: bobsOwn.id, result: { bob: true } })
       expect(yield* next(bob)).toEqual({ jsonrpc: "2.0", id: 1, result: { bob: true } })
     }))
+
+  it.scopedLive("an extension that sends a request whose method is not a string gets -32600 and keeps serving", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const { ext, mcp } = yield* connected(ws)
+      // String() of this object throws; the router used to throw with it and answer nothing.
+      ext.c.send({ jsonrpc: "2.0", id: 5, method: { toString: 1 } })
+      expect(yield* next(ext.c)).toMatchObject({ jsonrpc: "2.0", id: 5, error: { code: -32600 } })
+      mcp.send({ jsonrpc: "2.0", id: 1, method: "getTabs" })
+      const forwarded = yield* next(ext.c)
+      ext.c.send({ jsonrpc: "2.0", id: forwarded.id, result: [] })
+      expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", id: 1, result: [] })
+    }))
 })
 
 describe("a second mcp_handshake", () => {

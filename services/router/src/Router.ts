@@ -78,6 +78,9 @@ const shown = (id: string) => JSON.stringify(id.length > 80 ? `${id.slice(0, 80)
 /** Work the actor carries on without when it fails (a KV write, a reply); the failure is logged. */
 const warnIfFails = (what: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A | void, never, R> =>
   Effect.catchAll(self, (e) => Effect.logWarning(`router: ${what}`, e))
+/** A read the actor survives without, taking `fallback` instead; the failure is logged. */
+const orWarn = <B>(what: string, fallback: B) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A | B, never, R> =>
+  Effect.catchAll(self, (e) => Effect.as(Effect.logWarning(`router: ${what}`, e), fallback))
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
@@ -145,11 +148,13 @@ export const make = Effect.gen(function*() {
       const saved = restored ? yield* recall(conn) : Option.none()
       if (Option.isSome(saved) && saved.value.role === "extension") {
         const { user, extensionId } = saved.value
-        const record = yield* extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+        const record = yield* extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(
+          orWarn(`could not read extension ${extensionId} of ${user} to adopt its socket`, Option.none())
+        )
         if (Option.isSome(record) && record.value.value.conn === conn.id) {
           ext = record.value.value
           yield* extensionSeats.take(user, scope, true)
-          const all = yield* proxies.values().pipe(Effect.orElseSucceed(() => []))
+          const all = yield* proxies.values().pipe(orWarn(`could not read the proxy connections of adopted extension ${extensionId}`, []))
           for (const { value: p } of all) {
             if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: Subjects.ConnId(p.clientConn) })
           }
@@ -206,7 +211,14 @@ export const make = Effect.gen(function*() {
           conn.send(status(true, 0))
           yield* keepalive(scope, () => conn.send(status(true, attached.size)))
           yield* Effect.logDebug(`extension ${id} of ${user} authenticated`)
-        }).pipe(Effect.catchAll((e) => Effect.sync(() => conn.close(CloseCode.InternalError, `could not register the extension: ${e.message}`))))
+        }).pipe(
+          Effect.catchAll((e) =>
+            Effect.zipRight(
+              Effect.logWarning("router: could not register an extension", e),
+              Effect.sync(() => conn.close(CloseCode.InternalError, `could not register the extension: ${e.message}`))
+            )
+          )
+        )
 
       const stableId = (user: string, clientId: string) =>
         Effect.gen(function*() {
@@ -219,7 +231,7 @@ export const make = Effect.gen(function*() {
         })
 
       const answerInternal = (message: Bus.BusMessage, reply: Proxy.InternalReply) =>
-        bus.respond(message, internalReplyCodec.encode(reply)).pipe(Effect.ignore)
+        bus.respond(message, internalReplyCodec.encode(reply)).pipe(warnIfFails("could not answer an internal request"))
 
       /** Asks the extension on behalf of another service; the answer comes back through `settle`. */
       const askInternal = (message: Bus.BusMessage, body: string) => {
@@ -265,8 +277,12 @@ export const make = Effect.gen(function*() {
         if ("method" in message) {
           // The extension is passive; it has nothing to ask of the proxy.
           if (id === undefined) return
-          const echoed = JsonRpc.decodeValue(message)._tag === "Right" ? (id as JsonRpc.Id) : null
-          return conn.send(failure(echoed, ErrorCode.MethodNotFound, `Method not found: ${String(message["method"])}`))
+          const request = JsonRpc.decodeValue(message)
+          // Not a valid request (a method that is no string, say): the decoder's -32600 says why.
+          if (Either.isLeft(request)) return conn.send(JsonRpc.encode(request.left))
+          if (request.right._tag !== "Request") return
+          const { id: asked, method } = request.right.message
+          return conn.send(failure(asked, ErrorCode.MethodNotFound, `Method not found: ${method}`))
         }
         if (id === AUTH_REQUEST_ID) return ext === undefined ? authenticate(message) : undefined
         if (ext === undefined) return conn.send(failure(null, ErrorCode.ServerError, "Not authenticated: answer the authenticate request first"))
@@ -309,7 +325,7 @@ export const make = Effect.gen(function*() {
               ? { ok: false, reason: "Extension not found or not accessible" }
               : (attached.set(request.right.connectionId, { conn: Subjects.ConnId(request.right.clientConn) }),
                 { ok: true, name: ext.name, peerCount: attached.size })
-            yield* bus.respond(message, attachReplyCodec.encode(reply)).pipe(Effect.ignore)
+            yield* bus.respond(message, attachReplyCodec.encode(reply)).pipe(warnIfFails("could not answer an attach request"))
             if (reply.ok) announce()
           } else if (kind === Proxy.PeerKind.detach) {
             const detach = detachCodec.decode(body)
@@ -337,7 +353,7 @@ export const make = Effect.gen(function*() {
           const current = yield* extensions.get(key)
           // A newer socket of the same browser may already own the record.
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* extensions.delete(key)
-        }).pipe(Effect.ignore)
+        }).pipe(warnIfFails("could not remove a closed extension's record; it stays listed until it is replaced"))
 
       return { onFrame, onPeer, onClosed } satisfies Actors.Actor
     })
@@ -372,7 +388,9 @@ export const make = Effect.gen(function*() {
         yield* clientSeats.take(user, scope, true)
         const connectionId = saved.value.connectionId
         if (connectionId !== undefined) {
-          const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+          const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
+            orWarn(`could not read ${connectionId} of an adopted client; it carries on unconnected`, Option.none())
+          )
           if (Option.isSome(p)) {
             const v = p.value.value
             session = {
@@ -436,7 +454,12 @@ export const make = Effect.gen(function*() {
       const listExtensions = (request: JsonRpc.Request, owner: string) =>
         extensions.values(Subjects.Key.userExtensions(owner)).pipe(
           Effect.map((found) => send(result(request.id, { extensions: found.map(({ value }) => ({ id: value.id, name: value.name, connected: true })) }))),
-          Effect.catchAll(() => Effect.sync(() => send(failure(request.id, ErrorCode.InternalError, "Internal error: could not list extensions"))))
+          Effect.catchAll((e) =>
+            Effect.zipRight(
+              Effect.logWarning(`router: could not list the extensions of ${owner}`, e),
+              Effect.sync(() => send(failure(request.id, ErrorCode.InternalError, "Internal error: could not list extensions")))
+            )
+          )
         )
 
       const connect = (request: JsonRpc.Request, owner: string) =>
@@ -446,7 +469,9 @@ export const make = Effect.gen(function*() {
           if (Either.isLeft(params)) return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: extension_id (string) is required"))
           const notFound = () => send(failure(request.id, ErrorCode.ServerError, "Extension not found or not accessible"))
           const extensionId = params.right.extension_id
-          const record = yield* extensions.get(Subjects.Key.userExtension(owner, extensionId)).pipe(Effect.orElseSucceed(() => Option.none()))
+          const record = yield* extensions.get(Subjects.Key.userExtension(owner, extensionId)).pipe(
+            orWarn(`could not read extension ${extensionId} of ${owner} to connect to it`, Option.none())
+          )
           if (Option.isNone(record)) return notFound()
           const ext = record.value.value
           const connectionId = `conn-${randomUUID()}`
@@ -456,6 +481,11 @@ export const make = Effect.gen(function*() {
               timeout: "5 seconds"
             })
             .pipe(Effect.map((m) => attachReplyCodec.decode(Bus.text(m))), Effect.either)
+          // No responders: a record a crash left behind, which is as good as not found. Anything
+          // else means a live extension's actor could not be reached, which is worth knowing.
+          if (Either.isLeft(answer) && answer.left._tag !== "NoResponders") {
+            yield* Effect.logWarning(`router: extension ${extensionId} of ${owner} did not answer attach`, answer.left)
+          }
           if (Either.isLeft(answer) || Either.isLeft(answer.right) || !answer.right.right.ok) return notFound()
           const attached = answer.right.right
           session = {
@@ -475,7 +505,7 @@ export const make = Effect.gen(function*() {
               clientConn: conn.id,
               clientEdge: conn.edge
             })
-            .pipe(Effect.ignore)
+            .pipe(warnIfFails(`could not record ${connectionId}; a replica that adopts either socket will not know it`))
           yield* remember(conn, { role: "client", user: owner, connectionId })
           send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name }))
         })
@@ -493,7 +523,7 @@ export const make = Effect.gen(function*() {
       const detach = (connectionId: string, extConn: Subjects.ConnId) =>
         Effect.suspend(() => {
           conn.peer(extConn, Proxy.PeerKind.detach, detachCodec.encode({ connectionId }))
-          return proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(Effect.ignore)
+          return proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(warnIfFails(`could not remove the record of ${connectionId}`))
         })
 
       /** Maps the id and sends the request to the extension; synchronous, once per forwarded request. */
@@ -649,7 +679,10 @@ export const make = Effect.gen(function*() {
   const internalRequest = (request: Proxy.InternalRequest) =>
     Effect.gen(function*() {
       const found = yield* Effect.either(extensions.values(Subjects.Key.userExtensions(request.user)))
-      if (Either.isLeft(found)) return refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
+      if (Either.isLeft(found)) {
+        yield* Effect.logWarning(`router: could not look up the extensions of ${request.user} for an internal request`, found.left)
+        return refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
+      }
       const newestFirst = found.right.map(({ value }) => value).sort((a, b) => b.connectedAt - a.connectedAt)
       for (const ext of newestFirst) {
         const reply = yield* askExtension(ext, request)
