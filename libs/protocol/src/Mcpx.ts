@@ -8,13 +8,26 @@ import { Privilege } from "./Auth.ts"
 
 export const PROTOCOL = "mcpx/v0.1"
 export const GATEWAY = "system:gateway"
+/**
+ * Participant ids in this namespace are the gateway's: a participant named like it could speak
+ * with the gateway's voice (`from: "system:gateway"`), so no token may join as one.
+ */
+export const RESERVED_PREFIX = "system:"
+export const isReserved = (participant: string): boolean => participant.startsWith(RESERVED_PREFIX)
+
+/**
+ * The longest envelope id, participant id and topic name. Ids are remembered per participant to
+ * refuse duplicates, and ids and topics become KV keys and subjects; none has a use for more.
+ */
+export const MAX_ID_LENGTH = 256
+export const MAX_TOPIC_LENGTH = 256
 
 export const Kind = Schema.Literal("mcp", "mcp/proposal", "chat", "presence", "system")
 export type Kind = typeof Kind.Type
 
 export const Envelope = Schema.Struct({
   protocol: Schema.Literal("mcpx/v0.1", "mcp-x/v0"),
-  id: Schema.NonEmptyString,
+  id: Schema.NonEmptyString.pipe(Schema.maxLength(MAX_ID_LENGTH)),
   ts: Schema.optional(Schema.String),
   from: Schema.String,
   to: Schema.optional(Schema.Array(Schema.String)),
@@ -26,6 +39,12 @@ export type Envelope = typeof Envelope.Type
 
 export const Participant = Schema.Struct({ id: Schema.String, privilege: Privilege })
 export type Participant = typeof Participant.Type
+
+/**
+ * Presence events only the gateway announces: a participant's own `join` or `leave` would let it
+ * add or remove someone from everyone's roster. Other presence (a status) is the participant's.
+ */
+export const GATEWAY_PRESENCE_EVENTS: ReadonlySet<unknown> = new Set(["join", "leave"])
 
 /** What the broker's error envelopes say went wrong (`payload.code`). */
 export type ErrorCode = "invalid_envelope" | "spoofed_from" | "duplicate_id" | "forbidden_kind" | "rate_limited" | "too_large"
