@@ -5,6 +5,7 @@
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { BusError } from "./Bus.ts"
 
 export interface JournalSpec {
@@ -14,6 +15,14 @@ export interface JournalSpec {
   readonly maxMessages: number
   /** Entries older than this are dropped. */
   readonly maxAge: Duration.DurationInput
+  /** Oldest entries are dropped while the journal holds more bytes than this. */
+  readonly maxBytes: number
+  /**
+   * What all journals of an adapter that keeps them in its own memory (the embedded one) may hold
+   * together; the oldest entries of any journal are dropped beyond it, and the smallest budget any
+   * opener gave applies. JetStream ignores it: a total across streams is the account's limits.
+   */
+  readonly totalBytes?: number
 }
 
 export interface JournalEntry {
@@ -40,6 +49,11 @@ export interface JournalHandle {
 export interface JournalShape {
   /** Opens a journal, creating it when missing. */
   readonly open: (spec: JournalSpec) => Effect.Effect<JournalHandle, BusError>
+  /**
+   * Opens a journal only if it exists: a reader must not create one per name it is asked about
+   * (a stream each, on NATS).
+   */
+  readonly find: (name: string) => Effect.Effect<Option.Option<JournalHandle>, BusError>
 }
 
 export class Journal extends Context.Tag("@switchboard/bus/Journal")<Journal, JournalShape>() {}

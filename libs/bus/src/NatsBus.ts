@@ -386,19 +386,47 @@ export const connection = (options: NatsOptions) =>
     (nc) => Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
   )
 
-/** Journals are JetStream streams with message-count and age limits, oldest dropped first. */
+/**
+ * Journals are JetStream streams with message-count, byte and age limits, oldest dropped first.
+ * A total across streams (`JournalSpec.totalBytes`) is not kept here: the streams live in the
+ * NATS server, whose account limits (`max_file`/`max_mem` in the account's JetStream settings)
+ * bound what all of them hold together.
+ */
 export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>): JournalShape => {
+  const handle = (m: JetStreamManager, journal: string): JournalHandle => {
+    const name = `${namespace}_${journal}`
+    const subject = `${namespace}.journal.${journal}`
+    return {
+      // A core publish to a stream's subject is stored without waiting for an ack.
+      append: (data) => nc.publish(subject, data),
+      read: ({ before, limit }) =>
+        Effect.tryPromise({
+          try: async () => {
+            const { state } = await m.streams.info(name)
+            const last = before === undefined ? state.last_seq : Math.min(before - 1, state.last_seq)
+            const first = Math.max(state.first_seq, last - limit + 1)
+            const out: Array<JournalEntry> = []
+            for (let seq = first; seq <= last && seq > 0; seq++) {
+              const msg = await m.streams.getMessage(name, { seq }).catch(() => null)
+              if (msg !== null) out.push({ seq: msg.seq, data: msg.data, at: msg.time.getTime() })
+            }
+            return out
+          },
+          catch: busError("Kv", `read journal ${journal}`)
+        })
+    }
+  }
   return {
     open: (spec) =>
       Effect.tryPromise({
         try: async () => {
           const name = `${namespace}_${spec.name}`
-          const subject = `${namespace}.journal.${spec.name}`
           const m = await jsm()
           const config = {
             name,
-            subjects: [subject],
+            subjects: [`${namespace}.journal.${spec.name}`],
             max_msgs: spec.maxMessages,
+            max_bytes: spec.maxBytes,
             max_age: nanos(Duration.toMillis(Duration.decode(spec.maxAge))),
             storage: StorageType.File,
             discard: DiscardPolicy.Old
@@ -407,28 +435,24 @@ export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Pr
             if (e instanceof Error && /already in use/i.test(e.message)) return m.streams.update(name, config)
             throw e
           })
-          const handle: JournalHandle = {
-            // A core publish to a stream's subject is stored without waiting for an ack.
-            append: (data) => nc.publish(subject, data),
-            read: ({ before, limit }) =>
-              Effect.tryPromise({
-                try: async () => {
-                  const { state } = await m.streams.info(name)
-                  const last = before === undefined ? state.last_seq : Math.min(before - 1, state.last_seq)
-                  const first = Math.max(state.first_seq, last - limit + 1)
-                  const out: Array<JournalEntry> = []
-                  for (let seq = first; seq <= last && seq > 0; seq++) {
-                    const msg = await m.streams.getMessage(name, { seq }).catch(() => null)
-                    if (msg !== null) out.push({ seq: msg.seq, data: msg.data, at: msg.time.getTime() })
-                  }
-                  return out
-                },
-                catch: busError("Kv", `read journal ${spec.name}`)
-              })
-          }
-          return handle
+          return handle(m, spec.name)
         },
         catch: busError("Kv", `open journal ${spec.name}`)
+      }),
+    find: (journal) =>
+      Effect.tryPromise({
+        try: async () => {
+          const m = await jsm()
+          const found = await m.streams.info(`${namespace}_${journal}`).then(
+            () => true,
+            (e: unknown) => {
+              if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) return false
+              throw e
+            }
+          )
+          return found ? Option.some(handle(m, journal)) : Option.none()
+        },
+        catch: busError("Kv", `find journal ${journal}`)
       })
   }
 }

@@ -280,7 +280,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("appends in order, reads the newest before a cursor, and keeps only the newest N", () =>
         withBus(
           Effect.gen(function*() {
-            const journal = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour" })
+            const journal = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour", maxBytes: 1_000_000 })
             expect(yield* journal.read({ limit: 10 })).toEqual([])
             for (let i = 1; i <= 8; i++) journal.append(`m${i}`)
             const text = (entries: ReadonlyArray<{ readonly data: Uint8Array }>) => entries.map((e) => new TextDecoder().decode(e.data))
@@ -297,8 +297,51 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
             expect(text(yield* journal.read({ limit: 2, before: 7 }))).toEqual(["m5", "m6"])
             expect(text(yield* journal.read({ limit: 10, before: 5 }))).toEqual(["m4"])
             // Opening again finds the same journal.
-            const again = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour" })
+            const again = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour", maxBytes: 1_000_000 })
             expect(text(yield* again.read({ limit: 1 }))).toEqual(["m8"])
+          })
+        ))
+
+      it.scoped("keeps only the newest entries that fit in maxBytes", () =>
+        withBus(
+          Effect.gen(function*() {
+            const journal = yield* (yield* Journal).open({ name: "history_bytes", maxMessages: 1_000, maxAge: "1 hour", maxBytes: 2_000 })
+            const entry = (i: number) => `${String(i).padStart(3, "0")}${"x".repeat(97)}`
+            for (let i = 1; i <= 50; i++) journal.append(entry(i))
+            const newest = entry(50)
+            const kept = yield* journal.read({ limit: 1_000 }).pipe(
+              Effect.filterOrFail((es) => es.length > 0 && new TextDecoder().decode(es[es.length - 1]!.data) === newest, () => new Error("not stored yet")),
+              Effect.retry(Schedule.spaced(20)),
+              Effect.timeout("5 seconds")
+            )
+            // 100 bytes each: at most 20 fit (fewer where the adapter counts its own overhead, as
+            // JetStream does), and what is kept is the newest run.
+            const bytes = kept.reduce((sum, e) => sum + e.data.byteLength, 0)
+            expect(bytes).toBeLessThanOrEqual(2_000)
+            expect(kept.length).toBeGreaterThanOrEqual(10)
+            expect(kept.map((e) => new TextDecoder().decode(e.data))).toEqual(
+              Array.from({ length: kept.length }, (_, i) => entry(51 - kept.length + i))
+            )
+          })
+        ))
+
+      it.scoped("finds a journal only once it was opened", () =>
+        withBus(
+          Effect.gen(function*() {
+            const journals = yield* Journal
+            expect(Option.isNone(yield* journals.find("history_never"))).toBe(true)
+            const opened = yield* journals.open({ name: "history_found", maxMessages: 10, maxAge: "1 hour", maxBytes: 1_000 })
+            opened.append("kept")
+            const found = yield* journals.find("history_found")
+            if (Option.isNone(found)) return yield* Effect.dieMessage("an opened journal is found")
+            const read = yield* found.value.read({ limit: 10 }).pipe(
+              Effect.filterOrFail((es) => es.length === 1, () => new Error("not stored yet")),
+              Effect.retry(Schedule.spaced(20)),
+              Effect.timeout("5 seconds")
+            )
+            expect(read.map((e) => new TextDecoder().decode(e.data))).toEqual(["kept"])
+            // Looking did not create it.
+            expect(Option.isNone(yield* journals.find("history_never"))).toBe(true)
           })
         ))
     })
