@@ -5,15 +5,16 @@
  */
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, Journal, Kv, Subjects } from "@switchboard/bus"
-import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
+import { type Auth, Edge, Json, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import * as BrokerConfig from "./Config.ts"
 
-const decodeRequest = Schema.decodeUnknownEither(Schema.parseJson(Edge.HttpRequest))
+const decodeRequest = Schema.decodeUnknownEither(Edge.HttpRequest)
 const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
 
 /** The peer message that tells a participant's actor its new privilege (see Broker.ts). */
@@ -21,6 +22,15 @@ export const PRIVILEGE = "privilege"
 
 const respond = (status: number, body: unknown): Edge.HttpResponse => ({ status, body })
 const problem = (status: number, error: string) => respond(status, { error })
+
+/** A path segment as the client meant it; a malformed `%` escape is the client's error (400), not a throw. */
+const segment = (raw: string): Effect.Effect<string, Edge.HttpResponse> => {
+  try {
+    return Effect.succeed(decodeURIComponent(raw))
+  } catch {
+    return Effect.fail(problem(400, `malformed percent-encoding in the path segment ${JSON.stringify(raw)}`))
+  }
+}
 
 const PRIVILEGE_PATH = /^\/admin\/participants\/([^/]+)\/(promote|demote)$/
 const PARTICIPANTS_PATH = /^\/v0\/topics\/([^/]+)\/participants$/
@@ -32,7 +42,6 @@ export const make = Effect.gen(function*() {
   const auth = yield* AuthClient.AuthClient
   const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
   const journal = yield* Journal.Journal
-  const historyOf = yield* BrokerConfig.history
 
   const caller = (request: Edge.HttpRequest) => {
     const m = /^Bearer\s+(.+)$/i.exec(request.authorization ?? "")
@@ -87,13 +96,17 @@ export const make = Effect.gen(function*() {
       const before = query["before"] === undefined ? undefined : Number(query["before"])
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_HISTORY_PAGE) return problem(400, `limit is 1 to ${MAX_HISTORY_PAGE}`)
       if (before !== undefined && (!Number.isInteger(before) || before < 1)) return problem(400, "before is a sequence number from an earlier page")
-      const log = yield* journal.open(historyOf(topic))
-      const entries = yield* log.read(before === undefined ? { limit } : { limit, before })
-      return respond(200, {
-        topic,
-        envelopes: entries.map((e) => JSON.parse(Bus.text(e)) as unknown),
-        before: entries.length === 0 ? null : entries[0]!.seq
-      })
+      // Found, not opened: reading a topic nobody spoke in must not create a journal for it.
+      const log = yield* journal.find(BrokerConfig.historyName(topic))
+      const entries = Option.isSome(log) ? yield* log.value.read(before === undefined ? { limit } : { limit, before }) : []
+      // One entry that cannot be read (stored before a limit existed, say) must not cost the page.
+      const envelopes: Array<unknown> = []
+      for (const entry of entries) {
+        const parsed = Json.parse(Bus.text(entry))
+        if (Either.isRight(parsed)) envelopes.push(parsed.right)
+        else yield* Effect.logWarning(`history of topic ${topic}: skipped entry ${entry.seq}: ${parsed.left}`)
+      }
+      return respond(200, { topic, envelopes, before: entries.length === 0 ? null : entries[0]!.seq })
     })
 
   const route = (request: Edge.HttpRequest) =>
@@ -102,28 +115,44 @@ export const make = Effect.gen(function*() {
       const privilege = PRIVILEGE_PATH.exec(request.path)
       if (privilege !== null) {
         if (request.method !== "POST") return problem(405, "use POST")
-        return yield* changePrivilege(claims, decodeURIComponent(privilege[1]!), privilege[2] as "promote" | "demote", request.query["topic"])
+        return yield* changePrivilege(claims, yield* segment(privilege[1]!), privilege[2] as "promote" | "demote", request.query["topic"])
       }
       if (request.method !== "GET") return problem(405, "use GET")
       if (request.path === "/v0/topics") return yield* listTopics(claims)
       const participants = PARTICIPANTS_PATH.exec(request.path)
-      if (participants !== null) return yield* listParticipants(claims, decodeURIComponent(participants[1]!))
+      if (participants !== null) return yield* listParticipants(claims, yield* segment(participants[1]!))
       const past = HISTORY_PATH.exec(request.path)
-      if (past !== null) return yield* history(claims, decodeURIComponent(past[1]!), request.query)
+      if (past !== null) return yield* history(claims, yield* segment(past[1]!), request.query)
       return problem(404, `no such endpoint: ${request.path}`)
     }).pipe(
       Effect.catchTag("BusError", (e) => Effect.succeed(problem(503, e.message))),
       Effect.merge
     )
 
+  /** Every request gets an answer: a defect is logged and answered 500, never left to the edge's timeout. */
+  const answer = (message: Bus.BusMessage) => {
+    const request = Either.flatMap(Json.parse(Bus.text(message)), (raw) => Either.mapLeft(decodeRequest(raw), (e) => e.message))
+    const handled = Either.isLeft(request)
+      ? Effect.as(Effect.logWarning(`malformed HTTP request from the edge: ${request.left}`), problem(400, "malformed request"))
+      : route(request.right).pipe(Effect.annotateLogs({ method: request.right.method, path: request.right.path }))
+    return handled.pipe(
+      Effect.catchAllCause((cause) => Effect.as(Effect.logError("the HTTP API failed", cause), problem(500, "internal error"))),
+      Effect.flatMap((response) =>
+        Effect.try(() => encodeResponse(response)).pipe(
+          Effect.catchAll((cause) =>
+            Effect.as(Effect.logError("could not encode an HTTP answer", cause), encodeResponse(problem(500, "could not encode the answer")))
+          )
+        )
+      ),
+      Effect.flatMap((text) => bus.respond(message, text)),
+      Effect.catchAllCause((cause) => Effect.logError("could not answer an HTTP request", cause))
+    )
+  }
+
   const runtime = yield* Effect.runtime<never>()
   yield* bus.subscribe(
     Subjects.http("broker"),
-    (message) => {
-      const request = decodeRequest(Bus.text(message))
-      const answer = Either.isLeft(request) ? Effect.succeed(problem(400, "malformed request")) : route(request.right)
-      Runtime.runFork(runtime)(Effect.flatMap(answer, (r) => bus.respond(message, encodeResponse(r))).pipe(Effect.ignore))
-    },
+    (message) => void Runtime.runFork(runtime)(answer(message)),
     { queue: Subjects.Queue.service("broker") }
   )
 })

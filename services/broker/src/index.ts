@@ -1,1 +1,2 @@
 export * as Broker from "./Broker.ts"
+export * as BrokerConfig from "./Config.ts"
