@@ -13,7 +13,9 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
+import type * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
+import * as FiberSet from "effect/FiberSet"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -37,16 +39,42 @@ const isRecord = JsonRpc.isRecord
 const gateway = (kind: Mcpx.Kind, payload: Record<string, unknown>, extra: { to?: ReadonlyArray<string>; correlation_id?: string } = {}) =>
   JSON.stringify({ protocol: Mcpx.PROTOCOL, id: randomUUID(), ts: now(), from: Mcpx.GATEWAY, ...extra, kind, payload })
 
-/** How many envelope ids per participant are remembered to refuse duplicates. */
+/**
+ * How many envelope ids per participant are remembered to refuse duplicates, and how many
+ * characters of them: ids are up to `Mcpx.MAX_ID_LENGTH` long, and 10,000 of those would be 2.5 MB
+ * per participant. 512 Ki characters hold 10,000 UUIDs.
+ */
 const REMEMBERED_IDS = 10_000
+const REMEMBERED_ID_CHARS = 512 * 1024
 
-/** The sequencer of one topic: its members by participant id, in join order. */
+/**
+ * How long a sequencer that gave up its claim still listens before it lets go of the topic: a
+ * participant that saw the claim just before it went publishes its join a KV round trip later,
+ * and that join has to win the claim back rather than be lost.
+ */
+const RELEASE_GRACE = "1 second"
+
+/**
+ * The sequencer of one topic: its members by participant id, in join order. An owner sequences;
+ * a `releasing` one has given up its claim after the topic stayed empty and holds what arrives
+ * until it wins the claim back; a `handing-on` one passes what arrives to the new owner.
+ */
 interface Topic {
   readonly name: string
   readonly members: Map<string, Mcpx.Member>
   readonly history: Journal.JournalHandle
   /** One handle per edge with members, rebuilt only when membership changes. */
   everyone: ReadonlyArray<Actors.Socket> | undefined
+  /** The topic's bus subscription; closing it lets go of the topic. */
+  readonly subscription: Scope.CloseableScope
+  phase: "owner" | "releasing" | "handing-on"
+  /** Runs out when the topic has been empty for MCPX_TOPIC_IDLE. */
+  idle: Fiber.RuntimeFiber<void> | undefined
+  /** Done when a release ends, either way; joins on this replica wait for it. */
+  released: Deferred.Deferred<void> | undefined
+  /** What arrived while releasing. */
+  readonly held: Array<Bus.BusMessage>
+  reclaiming: boolean
 }
 
 export const make = Effect.gen(function*() {
@@ -63,6 +91,7 @@ export const make = Effect.gen(function*() {
     maxEnvelope: yield* BrokerConfig.maxEnvelope,
     maxParticipants: yield* BrokerConfig.maxParticipants,
     history: yield* BrokerConfig.history,
+    topicIdle: yield* BrokerConfig.topicIdle,
     replicaHeartbeat: yield* BrokerConfig.replicaHeartbeat
   }
   const journal = yield* Journal.Journal
@@ -73,6 +102,8 @@ export const make = Effect.gen(function*() {
   const scope = yield* Effect.scope
   /** Topics this replica sequences. */
   const sequenced = new Map<string, Topic>()
+  const fibers = yield* FiberSet.make()
+  const run = yield* FiberSet.runtime(fibers)<never>()
 
   const toTopic = (topic: string, kind: string, data: string, traceparent?: string) =>
     bus.unsafePublish(Subjects.topic(topic), data, Actors.peerHeaders(kind, traceparent))
@@ -124,6 +155,10 @@ export const make = Effect.gen(function*() {
       const join = joinCodec.decode(body)
       if (Either.isLeft(join)) return
       const m = join.right
+      if (topic.idle !== undefined) {
+        topic.idle.unsafeInterruptAsFork(FiberId.none)
+        topic.idle = undefined
+      }
       const previous = topic.members.get(m.participant)
       // The same socket again: an adopted actor, or a changed privilege. No welcome, no presence.
       if (previous?.conn === m.conn) return setMember(topic, m)
@@ -147,6 +182,97 @@ export const make = Effect.gen(function*() {
       topic.members.delete(m.participant)
       topic.everyone = undefined
       fanOut(topic, gateway("presence", { event: "leave", participant: { id: m.participant, privilege: m.privilege } }))
+      idleWhenEmpty(topic)
+    }
+  }
+
+  // --- letting go of a topic nobody is in ----------------------------------------------------
+  //
+  // A topic's sequencer costs a subscription, a claim in KV and its state, for as long as the
+  // replica runs; topics are as many as names anyone joins. Once a topic has been empty for
+  // MCPX_TOPIC_IDLE, its sequencer gives up its claim and, after RELEASE_GRACE, the rest. The
+  // history stays in the journal, and the next join sets a sequencer up again.
+
+  const idleWhenEmpty = (topic: Topic) => {
+    if (topic.members.size > 0 || topic.idle !== undefined || topic.phase !== "owner") return
+    topic.idle = run(Effect.zipRight(Effect.sleep(config.topicIdle), release(topic)))
+  }
+
+  /** Passes a message on to the topic's new owner, as it came. */
+  const handOn = (topic: Topic, message: Bus.BusMessage) => {
+    const kind = message.header(Subjects.Header.kind)
+    if (kind !== undefined) bus.unsafePublish(Subjects.topic(topic.name), message.data, Actors.peerHeaders(kind, message.header(Subjects.Header.traceparent)))
+  }
+
+  const releaseEnded = (topic: Topic) => {
+    if (topic.released !== undefined) Deferred.unsafeDone(topic.released, Exit.void)
+    topic.released = undefined
+  }
+
+  /** The topic is this replica's again: what was held is handled in the order it came. */
+  const resume = (topic: Topic) =>
+    Effect.sync(() => {
+      topic.phase = "owner"
+      topic.reclaiming = false
+      const handle = onTopicMessage(topic)
+      for (const m of topic.held.splice(0)) handle(m)
+      releaseEnded(topic)
+      idleWhenEmpty(topic)
+    })
+
+  const letGo = (topic: Topic) =>
+    Effect.gen(function*() {
+      topic.phase = "handing-on"
+      for (const m of topic.held.splice(0)) handOn(topic, m)
+      if (sequenced.get(topic.name) === topic) sequenced.delete(topic.name)
+      yield* Scope.close(topic.subscription, Exit.void)
+      releaseEnded(topic)
+    })
+
+  /** Something arrived after the claim was given up: win it back, or hand it to whoever has it. */
+  const reclaim = (topic: Topic) => {
+    topic.reclaiming = true
+    return claims.create(Subjects.Key.topic(topic.name), replica).pipe(
+      Effect.matchCauseEffect({
+        onSuccess: () => resume(topic),
+        onFailure: (cause) =>
+          Effect.zipRight(
+            Effect.logDebug(`topic ${topic.name} was claimed by another replica meanwhile`, cause),
+            letGo(topic)
+          )
+      })
+    )
+  }
+
+  const release = (topic: Topic) =>
+    Effect.gen(function*() {
+      topic.idle = undefined
+      if (topic.members.size > 0 || topic.phase !== "owner") return
+      const key = Subjects.Key.topic(topic.name)
+      const current = yield* claims.get(key)
+      // Taken over by a replica that thought this one gone: it is not ours to give up.
+      if (Option.isNone(current) || decoder.decode(current.value.value) !== replica) return yield* letGo(topic)
+      yield* claims.delete(key)
+      topic.phase = "releasing"
+      topic.released = Deferred.unsafeMake<void>(FiberId.none)
+      // Someone joined while the claim was being given up.
+      if (topic.members.size > 0) return yield* reclaim(topic)
+      yield* Effect.sleep(RELEASE_GRACE)
+      if (topic.phase === "releasing" && !topic.reclaiming) yield* letGo(topic)
+    }).pipe(
+      Effect.catchAll((e) =>
+        Effect.zipRight(Effect.logWarning(`could not release topic ${topic.name}; it stays set up`, e), resume(topic))
+      )
+    )
+
+  /** What the topic's subscription does with a message, by the sequencer's phase. */
+  const dispatch = (topic: Topic) => {
+    const handle = onTopicMessage(topic)
+    return (message: Bus.BusMessage) => {
+      if (topic.phase === "owner") return handle(message)
+      if (topic.phase === "handing-on") return handOn(topic, message)
+      topic.held.push(message)
+      if (!topic.reclaiming) run(reclaim(topic))
     }
   }
 
@@ -159,7 +285,10 @@ export const make = Effect.gen(function*() {
    * listening; what arrives before the claim is decided waits, and is dropped if another replica won.
    */
   const ensureSequencer = (topic: string): Effect.Effect<void, Bus.BusError | Kv.KvConflict> => {
-    if (sequenced.has(topic)) return Effect.void
+    const current = sequenced.get(topic)
+    // Being let go of: set up again (or found won back) once that is over.
+    if (current?.released !== undefined) return Effect.zipRight(Deferred.await(current.released), Effect.suspend(() => ensureSequencer(topic)))
+    if (current !== undefined) return Effect.void
     const inProgress = settingUp.get(topic)
     if (inProgress !== undefined) return Deferred.await(inProgress)
     const ready = Deferred.unsafeMake<void>(FiberId.none)
@@ -176,11 +305,22 @@ export const make = Effect.gen(function*() {
 
   const setUp = (topic: string) =>
     Effect.gen(function*() {
-      const state: Topic = { name: topic, members: new Map(), history: yield* journal.open(config.history(topic)), everyone: undefined }
-      const handle = onTopicMessage(state)
+      const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const state: Topic = {
+        name: topic,
+        members: new Map(),
+        history: yield* journal.open(config.history(topic)),
+        everyone: undefined,
+        subscription,
+        phase: "owner",
+        idle: undefined,
+        released: undefined,
+        held: [],
+        reclaiming: false
+      }
+      const handle = dispatch(state)
       let owner = false
       const early: Array<Bus.BusMessage> = []
-      const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
       yield* bus.subscribe(Subjects.topic(topic), (m) => (owner ? handle(m) : void early.push(m))).pipe(Scope.extend(subscription))
 
       const key = Subjects.Key.topic(topic)
@@ -203,6 +343,8 @@ export const make = Effect.gen(function*() {
       owner = true
       sequenced.set(topic, state)
       for (const m of early) handle(m)
+      // A participant that never gets as far as its join leaves the topic empty from the start.
+      idleWhenEmpty(state)
     })
 
   // --- a participant's actor ---------------------------------------------------------------
@@ -211,8 +353,20 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const topic = conn.open.query["topic"]
       if (topic === undefined || topic === "") return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "topic is required (?topic=)"))
+      if (topic.length > Mcpx.MAX_TOPIC_LENGTH) {
+        return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, `topic names are limited to ${Mcpx.MAX_TOPIC_LENGTH} characters`))
+      }
       const token = conn.open.claims
       if (token === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "authentication required"))
+      // Whoever joins as `system:…` would speak with the gateway's voice.
+      if (Mcpx.isReserved(token.sub)) {
+        return yield* Effect.fail(
+          new Actors.Refuse(CloseCode.PolicyViolation, `participant ids starting with ${Mcpx.RESERVED_PREFIX} are reserved for the gateway`)
+        )
+      }
+      if (token.sub.length > Mcpx.MAX_ID_LENGTH) {
+        return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, `participant ids are limited to ${Mcpx.MAX_ID_LENGTH} characters`))
+      }
       if (token.topics !== undefined && !token.topics.includes(topic)) {
         return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, `token is not valid for topic ${topic}`))
       }
@@ -227,7 +381,18 @@ export const make = Effect.gen(function*() {
         : token.privilege ?? "restricted"
       const budget = new RateBudget(config.rate, config.burst)
       const chatBudget = new RateBudget(config.chatRate, config.chatBurst)
+      /** Ids of this participant's accepted envelopes, oldest first, and their total length. */
       const seen = new Set<string>()
+      let seenChars = 0
+      const remember = (envelopeId: string) => {
+        seen.add(envelopeId)
+        seenChars += envelopeId.length
+        for (const oldest of seen) {
+          if (seen.size <= REMEMBERED_IDS && seenChars <= REMEMBERED_ID_CHARS) break
+          seen.delete(oldest)
+          seenChars -= oldest.length
+        }
+      }
 
       yield* ensureSequencer(topic).pipe(Effect.orDie)
       let member: Mcpx.Member = {
@@ -250,16 +415,16 @@ export const make = Effect.gen(function*() {
         conn.send(gateway("system", { event: "error", code, reason }, { to: [id], ...(correlation === undefined ? {} : { correlation_id: correlation }) }))
 
       const onFrame = (frame: Actors.Frame): void => {
-        let raw: unknown
-        try {
-          raw = JSON.parse(frame.text)
-        } catch (e) {
-          return refuse("invalid_envelope", `invalid JSON: ${e instanceof Error ? e.message : String(e)}`)
-        }
-        const correlation = isRecord(raw) && typeof raw["id"] === "string" ? raw["id"] : undefined
+        // Before parsing: an envelope too large to accept is not worth reading.
         if (frame.data.byteLength > config.maxEnvelope) {
-          return refuse("too_large", `envelopes are limited to ${config.maxEnvelope} bytes`, correlation)
+          return refuse("too_large", `envelopes are limited to ${config.maxEnvelope} bytes`)
         }
+        // Bounded depth: nesting thousands deep would overflow the stack of whatever re-encodes the
+        // envelope later (the ts stamp below, the history API), far from here.
+        const parsed = Json.parse(frame.text)
+        if (Either.isLeft(parsed)) return refuse("invalid_envelope", `invalid JSON: ${parsed.left}`)
+        const raw = parsed.right
+        const correlation = isRecord(raw) && typeof raw["id"] === "string" && raw["id"].length <= Mcpx.MAX_ID_LENGTH ? raw["id"] : undefined
         if (frame.limited || budget.take() !== "ok") {
           return refuse("rate_limited", `rate limit exceeded (${config.rate}/s, burst ${config.burst})`, correlation)
         }
@@ -273,9 +438,10 @@ export const make = Effect.gen(function*() {
         }
         if (envelope.from !== id) return refuse("spoofed_from", `from must be your participant id (${id})`, envelope.id)
         if (envelope.kind === "system") return refuse("forbidden_kind", "only the gateway sends system messages", envelope.id)
+        if (envelope.kind === "presence" && Mcpx.GATEWAY_PRESENCE_EVENTS.has(envelope.payload["event"])) {
+          return refuse("forbidden_kind", "only the gateway announces joins and leaves", envelope.id)
+        }
         if (seen.has(envelope.id)) return refuse("duplicate_id", `envelope id ${envelope.id} was already used`, envelope.id)
-        seen.add(envelope.id)
-        if (seen.size > REMEMBERED_IDS) seen.delete(seen.values().next().value as string)
         if (envelope.kind === "mcp" && privilege === "restricted") {
           // §4.4.2: the violator alone hears of it, as an MCP error to its own request.
           return conn.send(
@@ -297,6 +463,8 @@ export const make = Effect.gen(function*() {
             )
           )
         }
+        // Accepted: only now does its id count as used, so refused envelopes cost no memory here.
+        remember(envelope.id)
         const traced = Option.isSome(tracer)
           ? Telemetry.startSpan(tracer.value, `broker.accept ${envelope.kind}`, frame.traceparent, {
             kind: SpanKind.CONSUMER,
@@ -318,7 +486,7 @@ export const make = Effect.gen(function*() {
           toTopic(topic, Mcpx.TopicKind.leave, leaveCodec.encode({ participant: id, conn: conn.id }))
           const current = yield* members.get(Subjects.Key.member(topic, id))
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* members.delete(Subjects.Key.member(topic, id))
-        }).pipe(Effect.ignore)
+        }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not forget ${id}'s membership of topic ${topic}`, e)))
 
       /** An admin changed this participant's privilege (the KV record is already updated). */
       const onPeer = (message: Bus.BusMessage) => {

@@ -46,10 +46,33 @@ export const historyAge = Config.duration("MCPX_HISTORY_AGE").pipe(
   Config.withDescription("How long a topic's history keeps an envelope"),
   Config.withDefault("24 hours")
 )
+export const historyBytes = Config.integer("MCPX_HISTORY_BYTES").pipe(
+  Config.withDescription("Bytes of envelopes kept per topic's history; the oldest go first"),
+  Config.withDefault(4 * 1024 * 1024)
+)
+export const historyTotalBytes = Config.integer("MCPX_HISTORY_TOTAL_BYTES").pipe(
+  Config.withDescription(
+    "Bytes of history all topics keep together on the embedded bus; the oldest go first (on NATS, the account's JetStream limits bound it)"
+  ),
+  Config.withDefault(64 * 1024 * 1024)
+)
 
-/** The journal that keeps a topic's history, as both the sequencer and the history API open it. */
-export const history = Config.all({ limit: historyLimit, age: historyAge }).pipe(
-  Config.map(({ age, limit }) => (topic: string) => ({ name: `history_${Buffer.from(topic, "utf8").toString("base64url")}`, maxMessages: limit, maxAge: age }))
+/** A journal's name for a topic: what the history API looks for without creating it. */
+export const historyName = (topic: string) => `history_${Buffer.from(topic, "utf8").toString("base64url")}`
+
+/** The journal that keeps a topic's history, as the sequencer opens it. */
+export const history = Config.all({ limit: historyLimit, age: historyAge, bytes: historyBytes, total: historyTotalBytes }).pipe(
+  Config.map(({ age, bytes, limit, total }) => (topic: string) => ({
+    name: historyName(topic),
+    maxMessages: limit,
+    maxAge: age,
+    maxBytes: bytes,
+    totalBytes: total
+  }))
+)
+export const topicIdle = Config.duration("MCPX_TOPIC_IDLE").pipe(
+  Config.withDescription("How long a topic stays set up after its last participant left; its history is kept either way"),
+  Config.withDefault("1 minute")
 )
 export const replicaHeartbeat = Config.duration("BROKER_REPLICA_HEARTBEAT").pipe(
   Config.withDescription("Liveness period of a broker replica; survivors adopt its sockets and topics after it stops"),
