@@ -208,3 +208,15 @@ export const barrier = (from: Participant, observers: ReadonlyArray<Participant>
     for (const o of observers) expect(yield* o.nextAny).toEqual(delivered(sent))
     return sent
   })
+
+/**
+ * JSON text nesting arrays `depth` deep, built without recursion: `[[[…]]]`. Two bytes a level,
+ * so a hostile envelope can nest tens of thousands deep within the size limit.
+ */
+export const nestedJson = (depth: number) => "[".repeat(depth) + "]".repeat(depth)
+
+/** An envelope's JSON text whose payload nests `depth` deep: the same shape `send` fills in. */
+export const deepEnvelope = (from: string, depth: number, fields: Readonly<Record<string, string>> = {}) =>
+  `{"protocol":"${PROTOCOL}","id":"${randomUUID()}","from":${JSON.stringify(from)},"kind":"chat",${
+    Object.entries(fields).map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)},`).join("")
+  }"payload":{"text":"deep","deep":${nestedJson(depth)}}}`
