@@ -1,6 +1,8 @@
 /**
  * What the auth service says about a token. The claims are the JWT's, narrowed to what Switchboard
  * reads: `sub` is the user and isolation boundary; MCPx reads `privilege`, `topics` and `admin`.
+ * `sub` here is the user as the auth service resolved it, so it may come from the token's
+ * `user_id` (the MCP Proxy Protocol's name) or a configured claim; nothing else re-reads the JWT.
  */
 import * as Schema from "effect/Schema"
 

@@ -13,3 +13,10 @@ export const issuer = Config.option(Config.string("SWITCHBOARD_JWT_ISSUER").pipe
 export const audience = Config.option(
   Config.string("SWITCHBOARD_JWT_AUDIENCE").pipe(Config.withDescription("Required `aud` claim"))
 )
+export const userClaim = Config.nonEmptyString("SWITCHBOARD_JWT_USER_CLAIM").pipe(
+  Config.withDefault("sub"),
+  Config.withDescription(
+    "Claim that names the user. The user is the first of this claim, `sub`, `user_id` that the token carries, " +
+      "and it must be a non-empty string; a token with none of them is refused. Services see it as `sub`."
+  )
+)

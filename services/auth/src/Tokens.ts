@@ -1,7 +1,7 @@
 /**
  * Token verification and (for development) issuing, with `jose`. HS256 with a shared secret by
  * default; a JWKS URL with issuer and audience checks in production. Expiry and `nbf` are checked
- * by `jwtVerify` itself.
+ * by `jwtVerify` itself. Whichever claim names the user, verified claims carry it as `sub`.
  */
 import { Auth } from "@switchboard/protocol"
 import * as Context from "effect/Context"
@@ -10,6 +10,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyOptions, SignJWT } from "jose"
@@ -23,12 +24,21 @@ export class InvalidToken extends Data.TaggedError("InvalidToken")<{ readonly re
 }
 
 export interface IssueOptions {
-  readonly sub: string
+  /** The user. May be left out when `claims` carries one that `verify` reads as the user (`user_id`). */
+  readonly sub?: string
   readonly ttl?: Duration.DurationInput
   readonly privilege?: Auth.Privilege
   readonly topics?: ReadonlyArray<string>
   readonly admin?: boolean
+  /**
+   * Any further claims, e.g. `connection_url`, which a Blueprint MCP client needs to enter proxy
+   * mode. The registered claims in `reservedClaims` are the issuer's and are refused here.
+   */
+  readonly claims?: Readonly<Record<string, unknown>>
 }
+
+/** Claims that `issue` sets itself (or that only a verifier's configuration decides). */
+export const reservedClaims: ReadonlySet<string> = new Set(["sub", "exp", "iat", "nbf", "iss", "aud"])
 
 export interface TokensShape {
   readonly verify: (token: string) => Effect.Effect<Auth.Claims, InvalidToken>
@@ -39,6 +49,30 @@ export interface TokensShape {
 export class Tokens extends Context.Tag("@switchboard/auth/Tokens")<Tokens, TokensShape>() {}
 
 const decodeClaims = Schema.decodeUnknownEither(Auth.Claims)
+
+/** Where the user may be named, in order: the configured claim, then `sub`, then the MCP Proxy Protocol's `user_id`. */
+const userClaimsFrom = (configured: string): ReadonlyArray<string> => [...new Set([configured, "sub", "user_id"])]
+
+const listed = (names: ReadonlyArray<string>) =>
+  names.length <= 1 ? names.join("") : `${names.slice(0, -1).join(", ")} or ${names[names.length - 1]}`
+
+/**
+ * A payload as the rest of Switchboard reads it, with the user in `sub`. The first of `userClaims`
+ * that the token carries is the user; if that one is not a non-empty string the token is refused
+ * rather than read from a later claim, so a user is never taken from a claim the issuer did not mean.
+ */
+const claimsOf = (payload: Readonly<Record<string, unknown>>, userClaims: ReadonlyArray<string>): Effect.Effect<Auth.Claims, InvalidToken> => {
+  const name = userClaims.find((n) => payload[n] !== undefined)
+  if (name === undefined) return Effect.fail(new InvalidToken({ reason: `token has no user claim (${listed(userClaims)})` }))
+  const user = payload[name]
+  if (typeof user !== "string" || user.length === 0) {
+    return Effect.fail(new InvalidToken({ reason: `claim ${name} invalid: the user must be a non-empty string` }))
+  }
+  return Effect.mapError(decodeClaims({ ...payload, sub: user }), (e) => {
+    const first = ParseResult.ArrayFormatter.formatErrorSync(e)[0]
+    return new InvalidToken({ reason: first === undefined ? "malformed claims" : `claim ${first.path.join(".")} invalid: ${first.message}` })
+  })
+}
 
 const explain = (e: unknown): string => {
   if (e instanceof errors.JWTExpired) return "token expired"
@@ -54,6 +88,8 @@ interface KeyOptions {
   readonly jwksUrl: Option.Option<URL>
   readonly issuer: Option.Option<string>
   readonly audience: Option.Option<string>
+  /** The claim that names the user before `sub` and `user_id` are tried; `sub` when left out. */
+  readonly userClaim?: string
 }
 
 export const make = (options: KeyOptions): TokensShape => {
@@ -61,6 +97,7 @@ export const make = (options: KeyOptions): TokensShape => {
     ...Option.match(options.issuer, { onNone: () => ({}), onSome: (issuer) => ({ issuer }) }),
     ...Option.match(options.audience, { onNone: () => ({}), onSome: (audience) => ({ audience }) })
   }
+  const userClaims = userClaimsFrom(options.userClaim ?? "sub")
   const jwks = Option.map(options.jwksUrl, (url) => createRemoteJWKSet(url))
   const verifyWith = (token: string) =>
     Option.isSome(jwks)
@@ -72,32 +109,40 @@ export const make = (options: KeyOptions): TokensShape => {
   return {
     verify: (token) =>
       Effect.tryPromise({ try: () => verifyWith(token), catch: (e) => new InvalidToken({ reason: explain(e) }) }).pipe(
-        Effect.flatMap(({ payload }) =>
-          Effect.mapError(decodeClaims(payload), () => new InvalidToken({ reason: "token lacks a usable `sub` claim" }))
-        )
+        Effect.flatMap(({ payload }) => claimsOf(payload, userClaims))
       ),
-    issue: (o) =>
-      Option.match(options.secret, {
+    issue: (o) => {
+      const reserved = Object.keys(o.claims ?? {}).filter((k) => reservedClaims.has(k))
+      if (reserved.length > 0) {
+        return Effect.fail(new InvalidToken({ reason: `reserved claim ${listed(reserved)} cannot be set as an extra claim` }))
+      }
+      const payload = {
+        ...o.claims,
+        ...(o.privilege === undefined ? {} : { privilege: o.privilege }),
+        ...(o.topics === undefined ? {} : { topics: [...o.topics] }),
+        ...(o.admin === undefined ? {} : { admin: o.admin })
+      }
+      const sign = (key: Uint8Array) =>
+        Effect.tryPromise({
+          try: () => {
+            const jwt = new SignJWT(payload)
+              .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+              .setIssuedAt()
+              .setExpirationTime(`${Math.max(1, Math.round(Duration.toSeconds(o.ttl ?? "1 hour")))}s`)
+            if (o.sub !== undefined) jwt.setSubject(o.sub)
+            Option.map(options.issuer, (i) => jwt.setIssuer(i))
+            Option.map(options.audience, (a) => jwt.setAudience(a))
+            return jwt.sign(key)
+          },
+          catch: (e) => new InvalidToken({ reason: explain(e) })
+        })
+      return Option.match(options.secret, {
         onNone: () => Effect.fail(new InvalidToken({ reason: "no SWITCHBOARD_JWT_SECRET: cannot issue tokens" })),
         onSome: (key) =>
-          Effect.tryPromise({
-            try: () => {
-              const jwt = new SignJWT({
-                ...(o.privilege === undefined ? {} : { privilege: o.privilege }),
-                ...(o.topics === undefined ? {} : { topics: [...o.topics] }),
-                ...(o.admin === undefined ? {} : { admin: o.admin })
-              })
-                .setProtectedHeader({ alg: "HS256", typ: "JWT" })
-                .setSubject(o.sub)
-                .setIssuedAt()
-                .setExpirationTime(`${Math.max(1, Math.round(Duration.toSeconds(o.ttl ?? "1 hour")))}s`)
-              Option.map(options.issuer, (i) => jwt.setIssuer(i))
-              Option.map(options.audience, (a) => jwt.setAudience(a))
-              return jwt.sign(key)
-            },
-            catch: (e) => new InvalidToken({ reason: explain(e) })
-          })
+          // Refuse to mint what `verify` would refuse (no user, a malformed MCPx claim).
+          claimsOf(o.sub === undefined ? payload : { ...payload, sub: o.sub }, userClaims).pipe(Effect.zipRight(sign(key)))
       })
+    }
   }
 }
 
@@ -117,7 +162,8 @@ const fromConfig = (fallbackSecret: Option.Option<string>) =>
       secret: Option.map(key, (k) => encoder.encode(k)),
       jwksUrl,
       issuer: yield* AuthConfig.issuer,
-      audience: yield* AuthConfig.audience
+      audience: yield* AuthConfig.audience,
+      userClaim: yield* AuthConfig.userClaim
     })
   })
 

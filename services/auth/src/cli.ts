@@ -1,6 +1,6 @@
 /**
- * `npm run token -- --sub alice [--ttl 1h] [--privilege full|restricted] [--topics a,b] [--admin]`
- * prints a development token signed with SWITCHBOARD_JWT_SECRET.
+ * `npm run token -- --sub alice [--ttl 1h] [--privilege full|restricted] [--topics a,b] [--admin]
+ * [--claim key=value]...` prints a development token signed with SWITCHBOARD_JWT_SECRET.
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -13,12 +13,21 @@ const usage = `Usage: npm run token -- --sub <user> [options]
 Prints a development JWT signed (HS256) with SWITCHBOARD_JWT_SECRET.
 
 Options:
-  --sub <id>                    user id (the token's sub claim), required
+  --sub <id>                    user id (the token's sub claim); may be left out when a
+                                --claim names the user instead: user_id=<id>, or the
+                                claim SWITCHBOARD_JWT_USER_CLAIM names
   --ttl <duration>              lifetime, e.g. 30s, 15m, 1h, 7d (default 1h)
   --privilege full|restricted   MCPx privilege claim
   --topics a,b                  MCPx topics the token may join
   --admin                       MCPx admin claim (may promote participants)
+  --claim <key>=<value>         any further claim; repeatable. A value that parses as JSON
+                                (3, true, {"a":1}) is that JSON, anything else is a string;
+                                quote to force a string: --claim 'user_id="42"'.
+                                sub, exp, iat, nbf, iss and aud are reserved.
   -h, --help                    show this help
+
+A Blueprint MCP client enters proxy mode only when its token carries connection_url:
+  npm run token -- --sub alice --claim connection_url=wss://switchboard.example/mcp
 `
 
 const parseTtl = (s: string): Option.Option<Duration.Duration> => {
@@ -33,6 +42,30 @@ const fail = (message: string): never => {
   process.exit(2)
 }
 
+const claimValue = (raw: string): unknown => {
+  try {
+    return JSON.parse(raw)
+  } catch {
+    return raw
+  }
+}
+
+/** `--claim key=value` options as one record; the reserved claims are for the other options to set. */
+const parseClaims = (specs: ReadonlyArray<string>): Record<string, unknown> => {
+  const claims: Record<string, unknown> = {}
+  for (const spec of specs) {
+    const eq = spec.indexOf("=")
+    const key = eq < 0 ? "" : spec.slice(0, eq).trim()
+    if (key.length === 0) fail(`--claim ${spec} is not key=value`)
+    if (Tokens.reservedClaims.has(key)) {
+      fail(`--claim cannot set ${key}: sub, exp, iat, nbf, iss and aud are reserved (use --sub and --ttl)`)
+    }
+    if (Object.hasOwn(claims, key)) fail(`--claim ${key} is given twice`)
+    claims[key] = claimValue(spec.slice(eq + 1))
+  }
+  return claims
+}
+
 const { values } = (() => {
   try {
     return parseArgs({
@@ -42,6 +75,7 @@ const { values } = (() => {
         privilege: { type: "string" },
         topics: { type: "string" },
         admin: { type: "boolean", default: false },
+        claim: { type: "string", multiple: true, default: [] },
         help: { type: "boolean", short: "h", default: false }
       }
     })
@@ -54,7 +88,9 @@ if (values.help) {
   process.stdout.write(usage)
   process.exit(0)
 }
-const sub = values.sub ?? fail("--sub is required")
+const claims = parseClaims(values.claim)
+// Without --sub, issuing refuses a token in which no claim names the user, exactly as verifying would.
+const sub = values.sub
 const ttl = Option.getOrElse(parseTtl(values.ttl), () => fail(`--ttl ${values.ttl} is not a duration like 30s, 15m, 1h or 7d`))
 const privilege = values.privilege
 if (privilege !== undefined && privilege !== "full" && privilege !== "restricted") fail("--privilege is full or restricted")
@@ -65,11 +101,12 @@ if (process.env["SWITCHBOARD_JWT_SECRET"] === undefined) {
 const program = Effect.gen(function*() {
   const tokens = yield* Tokens.Tokens
   return yield* tokens.issue({
-    sub,
+    ...(sub === undefined ? {} : { sub }),
     ttl,
     ...(privilege === "full" || privilege === "restricted" ? { privilege } : {}),
     ...(values.topics === undefined ? {} : { topics: values.topics.split(",").map((t) => t.trim()).filter((t) => t.length > 0) }),
-    ...(values.admin ? { admin: true } : {})
+    ...(values.admin ? { admin: true } : {}),
+    claims
   })
 }).pipe(Effect.provide(Tokens.layer))
 

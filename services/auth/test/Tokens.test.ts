@@ -6,13 +6,24 @@ import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { exportJWK, generateKeyPair, SignJWT } from "jose"
+import { decodeJwt, exportJWK, generateKeyPair, SignJWT } from "jose"
 import * as Http from "node:http"
 import * as Tokens from "../src/Tokens.ts"
 
 const withEnv = (env: Record<string, string>) => Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
 const verify = (env: Record<string, string>, token: string) =>
   Effect.flatMap(Tokens.Tokens, (t) => Effect.either(t.verify(token))).pipe(Effect.provide(Tokens.layer.pipe(Layer.provide(withEnv(env)))))
+const issue = (env: Record<string, string>, options: Tokens.IssueOptions) =>
+  Effect.flatMap(Tokens.Tokens, (t) => Effect.either(t.issue(options))).pipe(Effect.provide(Tokens.layer.pipe(Layer.provide(withEnv(env)))))
+
+const SECRET = "a-secret-long-enough-for-hs256-tokens"
+/** An HS256 token with exactly these claims (no `sub` unless given). */
+const signed = (claims: Record<string, unknown>) =>
+  Effect.promise(() => new SignJWT(claims).setProtectedHeader({ alg: "HS256" }).setExpirationTime("5m").sign(new TextEncoder().encode(SECRET)))
+const userOf = (env: Record<string, string>, claims: Record<string, unknown>) =>
+  Effect.flatMap(signed(claims), (token) => verify(env, token)).pipe(
+    Effect.map((r) => (r._tag === "Right" ? { user: r.right.sub } : { refused: r.left.reason }))
+  )
 
 /** A JWKS endpoint on loopback, for as long as the scope lives. */
 const jwksServer = (jwks: object) =>
@@ -50,7 +61,7 @@ describe("tokens", () => {
         "token expired",
         'claim nbf invalid: "nbf" claim timestamp check failed',
         "signature verification failed",
-        "token lacks a usable `sub` claim",
+        "token has no user claim (sub or user_id)",
         "malformed token"
       ])
     }))
@@ -74,5 +85,52 @@ describe("tokens", () => {
       // An HS256 token made with any secret is not accepted where a JWKS is configured.
       const hs = yield* Effect.promise(() => new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("bob").sign(new TextEncoder().encode("x".repeat(32))))
       expect((yield* verify(env, hs))._tag).toBe("Left")
+    }))
+})
+
+// The MCP Proxy Protocol's peers put the user in `user_id`; everything past auth reads `sub`.
+describe("the user claim", () => {
+  const uuid = "83898119-db4f-4848-9d27-ea328b73a4df"
+
+  it.effect("is sub, else user_id, by default", () =>
+    Effect.gen(function*() {
+      const env = { SWITCHBOARD_JWT_SECRET: SECRET }
+      expect(yield* userOf(env, { user_id: uuid, connection_url: "wss://x" })).toEqual({ user: uuid })
+      expect(yield* userOf(env, { sub: "alice", user_id: uuid })).toEqual({ user: "alice" })
+      expect(yield* userOf(env, { privilege: "full" })).toEqual({ refused: "token has no user claim (sub or user_id)" })
+      // A user claim that is there but unusable refuses the token rather than falling through to the next.
+      expect(yield* userOf(env, { sub: "", user_id: uuid })).toEqual({ refused: "claim sub invalid: the user must be a non-empty string" })
+      expect(yield* userOf(env, { user_id: 42 })).toEqual({ refused: "claim user_id invalid: the user must be a non-empty string" })
+    }))
+
+  it.effect("is SWITCHBOARD_JWT_USER_CLAIM when set, then sub, then user_id", () =>
+    Effect.gen(function*() {
+      const env = { SWITCHBOARD_JWT_SECRET: SECRET, SWITCHBOARD_JWT_USER_CLAIM: "uid" }
+      expect(yield* userOf(env, { uid: "carol", sub: "alice", user_id: uuid })).toEqual({ user: "carol" })
+      expect(yield* userOf(env, { sub: "alice", user_id: uuid })).toEqual({ user: "alice" })
+      expect(yield* userOf(env, { user_id: uuid })).toEqual({ user: uuid })
+      expect(yield* userOf(env, { topics: ["lobby"] })).toEqual({ refused: "token has no user claim (uid, sub or user_id)" })
+    }))
+
+  it.effect("names the claim that is malformed, now that a missing sub is no longer the only reason", () =>
+    Effect.gen(function*() {
+      const env = { SWITCHBOARD_JWT_SECRET: SECRET }
+      const bad = yield* userOf(env, { sub: "alice", privilege: "root" })
+      expect("refused" in bad && bad.refused).toMatch(/^claim privilege invalid: /)
+    }))
+
+  it.effect("issues extra claims, refuses reserved ones, and refuses a token with no user", () =>
+    Effect.gen(function*() {
+      const env = { SWITCHBOARD_JWT_SECRET: SECRET }
+      const peer = yield* issue(env, { claims: { user_id: uuid, connection_url: "wss://switchboard.example/mcp" } })
+      expect(peer._tag === "Right" && decodeJwt(peer.right)).toMatchObject({ user_id: uuid, connection_url: "wss://switchboard.example/mcp" })
+      expect(peer._tag === "Right" && decodeJwt(peer.right).sub).toBeUndefined()
+      const verified = yield* verify(env, peer._tag === "Right" ? peer.right : "")
+      expect(verified._tag === "Right" && verified.right.sub).toBe(uuid)
+
+      const reserved = yield* issue(env, { sub: "alice", claims: { exp: 1, nbf: 1 } })
+      expect(reserved._tag === "Left" && reserved.left.reason).toBe("reserved claim exp or nbf cannot be set as an extra claim")
+      const nobody = yield* issue(env, { claims: { connection_url: "wss://x" } })
+      expect(nobody._tag === "Left" && nobody.left.reason).toBe("token has no user claim (sub or user_id)")
     }))
 })
