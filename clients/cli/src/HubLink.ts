@@ -1,0 +1,164 @@
+/**
+ * The bridge's session with the user's tool hub (`/hub`, MCP over WebSocket), kept up for as long
+ * as the bridge runs: it reconnects with backoff whenever the socket drops, remembers the last
+ * tool list it saw, and tells the bridge when the host should list again.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { type RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.js"
+import {
+  CallToolResultSchema,
+  type CallToolRequest,
+  type CallToolResult,
+  ErrorCode,
+  McpError,
+  ToolListChangedNotificationSchema
+} from "@modelcontextprotocol/sdk/types.js"
+import { setTimeout as sleep } from "node:timers/promises"
+import * as z from "zod"
+import { Backoff } from "./Backoff.ts"
+import { HubTransport } from "./HubTransport.ts"
+import { describe, type Log } from "./Log.ts"
+import { Unreachable } from "./Unreachable.ts"
+
+/**
+ * A tool as the hub lists it, every field kept: the SDK's own schema drops fields it does not know
+ * (the registry's `annotations.cache`), and the bridge relays rather than interprets.
+ */
+const HubTool = z.looseObject({ name: z.string(), inputSchema: z.looseObject({ type: z.literal("object") }) })
+export type HubTool = z.infer<typeof HubTool>
+const ToolsPage = z.looseObject({ tools: z.array(HubTool), nextCursor: z.string().optional() })
+
+/** How long a request of the bridge's own (initialize, a tools/list page) may take. */
+const CONTROL_TIMEOUT = 10_000
+/** A relayed call's upper bound; the hub has its own per-call timeout, and the host can cancel. */
+const CALL_TIMEOUT = 10 * 60_000
+/** More pages than this is a hub that keeps handing out cursors. */
+const MAX_PAGES = 1_000
+/** A connection that lived this long resets the backoff; one that drops at once keeps growing it. */
+const STABLE_AFTER = 10_000
+
+export interface HubLinkOptions {
+  readonly url: URL
+  /** The base URL the user gave, for messages. */
+  readonly name: string
+  readonly token: string
+  readonly version: string
+  readonly log: Log
+  /** The host should list tools again: the hub said so, or the bridge (re)connected. */
+  readonly onToolsChanged: () => void
+}
+
+export class HubLink {
+  private client: Client | undefined
+  private known: ReadonlyArray<HubTool> = []
+  private readonly stopping = new AbortController()
+  private readonly backoff = new Backoff()
+  private settleFirst: () => void = () => {}
+  /** Settles when the first connection attempt has succeeded or failed. */
+  private readonly firstAttempt = new Promise<void>((resolve) => (this.settleFirst = resolve))
+
+  constructor(private readonly options: HubLinkOptions) {}
+
+  start(): void {
+    this.run().catch((e: unknown) => this.options.log.error(`hub: the reconnect loop stopped: ${describe(e)}`))
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort()
+    await this.client?.close().catch(() => {})
+  }
+
+  get connected(): boolean {
+    return this.client !== undefined
+  }
+
+  /** Waits, at most `millis`, for the first connection attempt, so a host's first tools/list is complete. */
+  ready(millis: number): Promise<void> {
+    return Promise.race([this.firstAttempt, sleep(millis, undefined, { ref: false })])
+  }
+
+  /**
+   * Every tool of the hub, all pages. While the hub is unreachable, the last list it gave: the host
+   * keeps a steady list through a blip, and a call meanwhile says the hub is unreachable.
+   */
+  async tools(): Promise<ReadonlyArray<HubTool>> {
+    const client = this.client
+    if (client === undefined) return this.known
+    try {
+      const all: Array<HubTool> = []
+      let cursor: string | undefined
+      for (let page = 0; page < MAX_PAGES; page++) {
+        const { tools, nextCursor } = await client.request(
+          { method: "tools/list", params: cursor === undefined ? {} : { cursor } },
+          ToolsPage,
+          { timeout: CONTROL_TIMEOUT }
+        )
+        all.push(...tools)
+        if (nextCursor === undefined || nextCursor === "") break
+        cursor = nextCursor
+      }
+      this.known = all
+      return all
+    } catch (e) {
+      this.options.log.warn(`hub: tools/list failed (${describe(e)}); answering with the last list`)
+      return this.known
+    }
+  }
+
+  /** Relays one tools/call; the host's progress and cancellation ride along in `options`. */
+  async call(params: CallToolRequest["params"], options: Pick<RequestOptions, "signal" | "onprogress">): Promise<CallToolResult> {
+    const client = this.client
+    if (client === undefined) throw new Unreachable(this.options.name)
+    try {
+      return await client.request({ method: "tools/call", params }, CallToolResultSchema, {
+        ...options,
+        timeout: CALL_TIMEOUT,
+        resetTimeoutOnProgress: true
+      })
+    } catch (e) {
+      // The socket dropped mid-call: the SDK rejects what was in flight with "Connection closed".
+      if (this.client !== client || (e instanceof McpError && e.code === ErrorCode.ConnectionClosed)) throw new Unreachable(this.options.name)
+      throw e
+    }
+  }
+
+  private async run() {
+    const { log } = this.options
+    let connectedOnce = false
+    while (!this.stopping.signal.aborted) {
+      const client = new Client({ name: "switchboard-mcp", version: this.options.version })
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => this.options.onToolsChanged())
+      const closed = new Promise<void>((resolve) => (client.onclose = resolve))
+      try {
+        const transport = await HubTransport.open(this.options.url, this.options.token)
+        await client.connect(transport, { timeout: CONTROL_TIMEOUT, signal: this.stopping.signal })
+      } catch (e) {
+        await client.close().catch(() => {})
+        this.settleFirst()
+        if (this.stopping.signal.aborted) return
+        const delay = this.backoff.next()
+        log.warn(`hub: cannot reach ${this.options.url.origin}${this.options.url.pathname} (${describe(e)}); reconnecting in ${delay} ms`)
+        await this.pause(delay)
+        continue
+      }
+      const since = Date.now()
+      this.client = client
+      log.info(`hub: ${connectedOnce ? "reconnected to" : "connected to"} ${this.options.url.origin}${this.options.url.pathname}`)
+      connectedOnce = true
+      this.settleFirst()
+      // The host may have listed while the hub was away (or before it first answered).
+      this.options.onToolsChanged()
+      await closed
+      this.client = undefined
+      if (this.stopping.signal.aborted) return
+      if (Date.now() - since >= STABLE_AFTER) this.backoff.reset()
+      const delay = this.backoff.next()
+      log.warn(`hub: connection to ${this.options.name} lost; reconnecting in ${delay} ms`)
+      await this.pause(delay)
+    }
+  }
+
+  private pause(millis: number) {
+    return sleep(millis, undefined, { signal: this.stopping.signal }).catch(() => {})
+  }
+}
