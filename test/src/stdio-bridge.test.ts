@@ -1,0 +1,253 @@
+/**
+ * switchboard-mcp, the stdio bridge, as an MCP host runs it: a real child process started by the
+ * SDK's `StdioClientTransport`, against an in-process Switchboard (edge, router, registry) with
+ * real tabs at `/tabs` and a fake extension at `/extension`. Also its command line, and every
+ * host-config snippet in the README.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
+import { describe, expect, it } from "@effect/vitest"
+import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
+import { Router } from "@switchboard/router"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
+import { execFile } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+import type { TestClient } from "./support/Client.ts"
+import { freePort } from "./support/FreePort.ts"
+import { extensionOf, type Message } from "./support/ProxyPeers.ts"
+import { busLayer, stack, token } from "./support/Stack.ts"
+import { page, tab, textOf } from "./support/Tabs.ts"
+
+const root = fileURLToPath(new URL("../../", import.meta.url))
+const bin = `${root}clients/cli/bin/switchboard-mcp.js`
+
+/** A 1×1 PNG. */
+const PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+
+/** Switchboard on `port` in a scope of its own, so the test can stop it and start another on the same port. */
+const switchboard = (port: number) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const ctx = yield* Layer.buildWithScope(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env: { PORT: String(port) } }), scope)
+    const { url } = Context.get(ctx, Edge.EdgeServer)
+    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+    return { url, ws: url.replace("http", "ws"), scope, stop: Scope.close(scope, Exit.void) }
+  })
+
+/** The MCP host: the SDK's client, with switchboard-mcp as its child process; stderr is kept for failure messages. */
+const host = (url: string, user: string) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const transport = new StdioClientTransport({
+        command: process.execPath,
+        args: [bin, "--url", url, "--token", yield* token({ sub: user })],
+        stderr: "pipe",
+        cwd: root
+      })
+      const lines: Array<string> = []
+      transport.stderr?.on("data", (chunk: Buffer) => void lines.push(chunk.toString()))
+      const client = new Client({ name: "test-host", version: "0.0.0" })
+      const changes: Array<number> = []
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => void changes.push(Date.now()))
+      yield* Effect.promise(() => client.connect(transport))
+      return { client, transport, changes, stderr: () => lines.join("") }
+    }),
+    ({ client }) => Effect.promise(() => client.close())
+  )
+
+/** Prints the bridge's stderr when the test fails, since that is where the bridge says why. */
+const explained = <A, E, R>(stderr: () => string, effect: Effect.Effect<A, E, R>) =>
+  Effect.onExit(effect, (exit) => (Exit.isFailure(exit) ? Effect.sync(() => console.error(`--- switchboard-mcp stderr ---\n${stderr()}`)) : Effect.void))
+
+const call = (client: Client, name: string, args: Record<string, unknown> = {}) =>
+  Effect.promise(() => client.callTool({ name, arguments: args }) as Promise<CallToolResult>)
+
+const names = (client: Client) => Effect.promise(() => client.listTools()).pipe(Effect.map(({ tools }) => tools.map((t) => t.name)))
+
+/** Waits until `ok` holds (every 20 ms, up to 10 s). */
+const until = (ok: () => boolean, what: string) =>
+  Effect.suspend(() => (ok() ? Effect.void : Effect.fail(what))).pipe(
+    Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 500 }),
+    Effect.orDieWith((w) => new Error(`never: ${w}`))
+  )
+
+/** A fake extension's answers: `createTab` opens tab 42, `screenshot` is a data URL; every request is recorded. */
+const answering = (ext: TestClient, requests: Array<Message>) =>
+  Effect.gen(function*() {
+    const m = JSON.parse(yield* Queue.take(ext.messages)) as Message
+    if (m.id === undefined) return // status keepalives
+    requests.push(m)
+    if (m.method === "createTab") ext.send({ jsonrpc: "2.0", id: m.id, result: { tabId: 42, url: m.params?.["url"] } })
+    else if (m.method === "screenshot") ext.send({ jsonrpc: "2.0", id: m.id, result: { screenshot: `data:image/png;base64,${PNG}` } })
+    else ext.send({ jsonrpc: "2.0", id: m.id, error: { code: -32000, message: `${String(m.method)} is not supported by this fake` } })
+  }).pipe(Effect.forever, Effect.forkScoped)
+
+/** Runs the bridge's command line to completion. */
+const run = (command: string, args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  Effect.async<{ code: number; stdout: string; stderr: string }>((resume) => {
+    execFile(command, [...args], { cwd: root, env: { PATH: process.env["PATH"] ?? "", ...env }, timeout: 20_000 }, (error, stdout, stderr) =>
+      resume(Effect.succeed({ code: error === null ? 0 : typeof error.code === "number" ? error.code : -1, stdout, stderr }))
+    )
+  })
+
+describe("switchboard-mcp (stdio bridge)", () => {
+  it.scopedLive(
+    "relays hub tools and list_changed, drives the browser, and rides out a Switchboard restart",
+    () =>
+      Effect.gen(function*() {
+        const port = yield* freePort
+        const first = yield* switchboard(port)
+        yield* tab(first.ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+        const ext = yield* extensionOf(first.ws, "alice")
+        const requests: Array<Message> = []
+        yield* answering(ext.c, requests)
+        const { changes, client, stderr, transport } = yield* host(first.url, "alice")
+
+        yield* explained(
+          stderr,
+          Effect.gen(function*() {
+            const getCart = "website_tool_shop_example_com_tab1_getCart"
+            expect(client.getServerCapabilities()?.tools).toEqual({ listChanged: true })
+
+            // 1. The hub's tools, listed and called through /hub.
+            yield* names(client).pipe(
+              Effect.filterOrFail((n) => n.includes(getCart)),
+              Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+              Effect.orDie
+            )
+            const listed = yield* names(client)
+            expect(listed).toEqual(expect.arrayContaining([getCart, "browser_create_tab", "browser_screenshot", "browser_navigate", "browser_cdp"]))
+            expect(textOf(yield* call(client, getCart, { text: "x" }))).toBe("shop:getCart:x")
+
+            // 2. A second tab's new tool reaches the host as list_changed, then in the list.
+            const before = changes.length
+            yield* tab(first.ws, page("docs", ["search"]), { user: "alice", tabId: 2, url: "https://docs.example.org/" })
+            yield* until(() => changes.length > before, "notifications/tools/list_changed at the host")
+            expect(yield* names(client)).toContain("website_tool_docs_example_org_tab2_search")
+
+            // 3. The browser, through /mcp and the extension.
+            const opened = yield* call(client, "browser_create_tab", { url: "https://example.com/" })
+            expect(opened.isError).toBeFalsy()
+            expect(JSON.parse(textOf(opened) ?? "")).toEqual({ tabId: 42, url: "https://example.com/" })
+            const shot = yield* call(client, "browser_screenshot", {})
+            expect(shot.content).toEqual([{ type: "image", data: PNG, mimeType: "image/png" }])
+            expect(requests.map((r) => [r.method, r.params])).toEqual([
+              ["createTab", { url: "https://example.com/" }],
+              ["screenshot", {}]
+            ])
+            const refused = yield* call(client, "browser_click", { selector: "#buy" })
+            expect(refused).toMatchObject({ isError: true, content: [{ type: "text", text: expect.stringContaining("click is not supported by this fake") }] })
+
+            // 4. Switchboard goes away: calls say so at once, and the bridge lives on.
+            yield* first.stop
+            const down = `Switchboard at ${first.url} is unreachable; reconnecting`
+            expect(yield* call(client, getCart)).toEqual({ isError: true, content: [{ type: "text", text: down }] })
+            expect(yield* call(client, "browser_get_tabs")).toEqual({ isError: true, content: [{ type: "text", text: down }] })
+            // The last hub list stays, so the host's tools do not flicker through a blip.
+            expect(yield* names(client)).toEqual(expect.arrayContaining([getCart, "browser_get_tabs"]))
+            const pid = transport.pid
+            expect(pid).toBeTypeOf("number")
+            expect(() => process.kill(pid ?? 0, 0)).not.toThrow()
+
+            // 5. A new Switchboard on the same port, and a new tab: the bridge reconnects by itself.
+            const restarted = changes.length
+            const second = yield* switchboard(port)
+            yield* tab(second.ws, page("shop-again", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" }).pipe(Scope.extend(second.scope))
+            yield* until(() => changes.length > restarted, "list_changed after the hub came back")
+            const again = yield* call(client, getCart, { text: "y" }).pipe(
+              Effect.filterOrFail((r) => textOf(r) === "shop-again:getCart:y"),
+              Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 200 }),
+              Effect.orDieWith((r) => new Error(`the page tool never worked again; last: ${JSON.stringify(r)}`))
+            )
+            expect(again.isError).toBeFalsy()
+            expect(stderr()).toMatch(/hub: connection to http:\/\/127\.0\.0\.1:\d+ lost; reconnecting in \d+ ms/)
+            expect(stderr()).toMatch(/hub: reconnected to/)
+            yield* until(() => /browser: reconnected to/.test(stderr()), "the bridge back on /mcp")
+            // The new Switchboard has no extension of alice's: the browser tools say so.
+            expect(yield* call(client, "browser_get_tabs")).toEqual({
+              isError: true,
+              content: [{ type: "text", text: "no browser extension is connected for this user" }]
+            })
+
+            // 6. The host quits: stdin closes and the bridge stops by itself, before the SDK would kill it.
+            const quitting = Date.now()
+            yield* Effect.promise(() => client.close())
+            expect(Date.now() - quitting).toBeLessThan(2_000)
+            expect(stderr()).toContain("the host closed stdin; stopping")
+          })
+        )
+      }),
+    60_000
+  )
+
+  it.effect("--help prints the usage on stdout and exits 0; a missing --url exits 2 with the reason on stderr", () =>
+    Effect.gen(function*() {
+      const help = yield* run(process.execPath, [bin, "--help"])
+      expect(help.code).toBe(0)
+      expect(help.stdout).toContain("Usage: switchboard-mcp --url <http(s)://host:port> --token <jwt>")
+      expect(help.stdout).toContain("--no-browser")
+      expect(help.stderr).toBe("")
+
+      const missing = yield* run(process.execPath, [bin, "--token", "t"])
+      expect(missing.code).toBe(2)
+      expect(missing.stdout).toBe("")
+      expect(missing.stderr).toContain("missing --url (or SWITCHBOARD_URL)")
+
+      const unknown = yield* run(process.execPath, [bin, "--url", "http://127.0.0.1:1", "--token", "t", "--bogus"])
+      expect(unknown.code).toBe(2)
+      expect(unknown.stderr).toContain("Unknown option '--bogus'")
+    }), 30_000)
+
+  it.effect("every host snippet in the README has its host's shape and starts the bridge", () =>
+    Effect.gen(function*() {
+      const readme = readFileSync(`${root}README.md`, "utf8")
+      const section = readme.split(/^## Connecting MCP hosts \(stdio\)$/m)[1]?.split(/^## /m)[0] ?? ""
+      expect(section).not.toBe("")
+      const hosts = section.split(/^### /m).slice(1)
+      // The key each host reads its servers from.
+      const expected: Record<string, "mcpServers" | "servers"> = { "Claude Desktop": "mcpServers", "Claude Code": "mcpServers", Cursor: "mcpServers", "VS Code": "servers" }
+      expect(hosts.map((h) => h.split("\n")[0])).toEqual(Object.keys(expected))
+
+      const local = (s: string) => s.replaceAll("/path/to/switchboard/", root)
+      const starts = (command: string, args: ReadonlyArray<string>) =>
+        Effect.map(run(command === "node" ? process.execPath : command, [...args.map(local), "--help"]), (r) => {
+          expect(r, `${command} ${args.join(" ")}`).toMatchObject({ code: 0, stderr: "" })
+          expect(r.stdout).toContain("Usage: switchboard-mcp")
+        })
+
+      for (const part of hosts) {
+        const host = part.split("\n")[0] ?? ""
+        const blocks = [...part.matchAll(/^```json\n([\s\S]*?)^```$/gm)].map((m) => JSON.parse(m[1] ?? "") as Record<string, unknown>)
+        expect(blocks, host).toHaveLength(1)
+        const config = blocks[0] ?? {}
+        const key = expected[host] ?? "mcpServers"
+        expect(Object.keys(config).filter((k) => k !== "inputs"), host).toEqual([key])
+        const server = (config[key] as Record<string, Record<string, unknown>>)["switchboard"]
+        expect(server, host).toMatchObject({ command: "node", args: expect.arrayContaining(["--url", "http://127.0.0.1:8080"]), env: { SWITCHBOARD_TOKEN: expect.any(String) } })
+        if (host === "VS Code" || host === "Claude Code") expect(server?.["type"], host).toBe("stdio")
+        if (host === "VS Code") {
+          const inputs = config["inputs"] as Array<Record<string, unknown>>
+          expect(server?.["env"]).toEqual({ SWITCHBOARD_TOKEN: `\${input:${String(inputs[0]?.["id"])}}` })
+          expect(inputs[0]).toMatchObject({ type: "promptString", password: true })
+        }
+        const args = server?.["args"] as Array<string>
+        expect(args.every((a) => typeof a === "string")).toBe(true)
+        yield* starts(String(server?.["command"]), args)
+      }
+
+      // And `claude mcp add … -- <command> <args>`.
+      const add = /^claude mcp add .* -- (.+)$/m.exec(section)?.[1]
+      expect(add).toBeDefined()
+      const [command = "", ...args] = (add ?? "").split(" ")
+      yield* starts(command, args)
+    }), 60_000)
+})
