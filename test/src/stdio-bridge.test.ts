@@ -6,12 +6,14 @@
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import { type CallToolResult, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Edge } from "@switchboard/edge"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
@@ -188,6 +190,42 @@ describe("switchboard-mcp (stdio bridge)", () => {
       }),
     60_000
   )
+
+  it.scopedLive("passes the host's progress token and cancellation through to the page, and its progress back", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const { url, ws } = yield* switchboard(port)
+      const aborted = yield* Deferred.make<void>()
+      const server = new McpServer({ name: "slow", version: "1.0.0" })
+      server.registerTool("work", { description: "reports progress, then waits until cancelled", inputSchema: {} }, async (_args, extra) => {
+        for (const progress of [1, 2]) {
+          await extra.sendNotification({ method: "notifications/progress", params: { progressToken: extra._meta?.progressToken ?? "none", progress, total: 3 } })
+        }
+        await new Promise<void>((resolve) => extra.signal.addEventListener("abort", () => resolve(), { once: true }))
+        Deferred.unsafeDone(aborted, Effect.void)
+        return { content: [] }
+      })
+      yield* tab(ws, server, { user: "alice", tabId: 3, url: "https://slow.example.com/" })
+      const { client, stderr } = yield* host(url, "alice")
+      yield* explained(
+        stderr,
+        Effect.gen(function*() {
+          const work = "website_tool_slow_example_com_tab3_work"
+          yield* names(client).pipe(Effect.filterOrFail((n) => n.includes(work)), Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }), Effect.orDie)
+          const progress = yield* Queue.unbounded<number>()
+          const cancel = new AbortController()
+          const pending = client.callTool({ name: work, arguments: {} }, undefined, {
+            signal: cancel.signal,
+            onprogress: (p) => void Queue.unsafeOffer(progress, p.progress)
+          })
+          pending.catch(() => {})
+          expect([yield* Queue.take(progress), yield* Queue.take(progress)]).toEqual([1, 2])
+          cancel.abort("the user changed their mind")
+          // The cancellation went host → bridge → hub → tab, and the page's handler saw its signal fire.
+          yield* Deferred.await(aborted).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the page never saw the cancellation") }), Effect.orDie)
+        })
+      )
+    }), 30_000)
 
   it.effect("--help prints the usage on stdout and exits 0; a missing --url exits 2 with the reason on stderr", () =>
     Effect.gen(function*() {
