@@ -164,7 +164,16 @@ export const makeBus = (): BusShape => {
         if (matching(subject).length === 0) return yield* Effect.fail(new NoResponders({ subject }))
         const inbox = `_INBOX.${randomUUID()}`
         const answer = yield* Effect.async<BusMessage>((resume) => {
-          const s: Subscriber = { subject: inbox, queue: undefined, handler: (m) => resume(Effect.succeed(m)) }
+          // The inbox goes as the answer arrives: the canceler below runs only on interruption (a
+          // timeout), and an inbox left in `exact` kept its handler, the waiting fiber and the answer.
+          const s: Subscriber = {
+            subject: inbox,
+            queue: undefined,
+            handler: (m) => {
+              remove(s)
+              resume(Effect.succeed(m))
+            }
+          }
           add(s)
           unsafePublish(subject, data, options?.headers, inbox)
           return Effect.sync(() => remove(s))
@@ -190,10 +199,20 @@ export const makeBus = (): BusShape => {
   return { publish, unsafePublish, subscribe, stream, request, respond, drain, isConnected: () => !isClosed }
 }
 
+/**
+ * A KV value lives as long as its key (a connection's record, as long as the socket), so it gets
+ * a buffer of its own: a short string's bytes from Buffer.from are a slice of Node's shared 8 KiB
+ * pool, and keeping the slice would keep the whole slab alive.
+ */
+const ownValue = (data: Uint8Array | string): Uint8Array => {
+  const bytes = toBytes(data)
+  return bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes)
+}
+
+/** A live value; deleted keys are not stored. */
 interface Stored {
   readonly value: Uint8Array
   readonly revision: number
-  readonly operation: "PUT" | "DEL"
   readonly at: number
 }
 
@@ -210,12 +229,15 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
       entries.delete(key)
       return undefined
     }
-    return e.operation === "PUT" ? e : undefined
+    return e
   }
 
   const write = (key: string, value: Uint8Array, operation: "PUT" | "DEL"): number => {
     revision += 1
-    entries.set(key, { value, revision, operation, at: Date.now() })
+    // A deleted key is forgotten, not kept as a tombstone: nothing reads one (a deleted key reads
+    // as absent either way), and services delete a key per closed connection.
+    if (operation === "DEL") entries.delete(key)
+    else entries.set(key, { value, revision, at: Date.now() })
     const entry: KvEntry = { key, value, revision, operation }
     for (const w of watchers) if (subjectMatches(w.filter, key)) w.emit(entry)
     return revision
@@ -226,19 +248,19 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
     get: (key) =>
       Effect.sync(() => {
         const e = live(key)
-        return e ? Option.some({ key, value: e.value, revision: e.revision, operation: e.operation }) : Option.none()
+        return e ? Option.some<KvEntry>({ key, value: e.value, revision: e.revision, operation: "PUT" }) : Option.none()
       }),
-    put: (key, value) => Effect.sync(() => write(key, toBytes(value), "PUT")),
+    put: (key, value) => Effect.sync(() => write(key, ownValue(value), "PUT")),
     create: (key, value) =>
       Effect.suspend(() =>
-        live(key) ? Effect.fail(new KvConflict({ key, reason: "Exists" })) : Effect.succeed(write(key, toBytes(value), "PUT"))
+        live(key) ? Effect.fail(new KvConflict({ key, reason: "Exists" })) : Effect.succeed(write(key, ownValue(value), "PUT"))
       ),
     update: (key, value, expected) =>
       Effect.suspend(() => {
         const e = live(key)
         return e?.revision !== expected
           ? Effect.fail(new KvConflict({ key, reason: "WrongRevision" }))
-          : Effect.succeed(write(key, toBytes(value), "PUT"))
+          : Effect.succeed(write(key, ownValue(value), "PUT"))
       }),
     delete: (key) =>
       Effect.sync(() => {
@@ -255,7 +277,7 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
               const initial: Array<KvEntry> = []
               for (const key of entries.keys()) {
                 const e = live(key)
-                if (e && subjectMatches(filter, key)) initial.push({ key, value: e.value, revision: e.revision, operation: e.operation })
+                if (e && subjectMatches(filter, key)) initial.push({ key, value: e.value, revision: e.revision, operation: "PUT" })
               }
               void emit.chunk(Chunk.unsafeFromArray(initial))
             }

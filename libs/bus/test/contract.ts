@@ -154,6 +154,24 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
           })
         ))
 
+      it.scoped("stops listening on a request's reply subject once the answer is in", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const replies = yield* Queue.unbounded<string>()
+            yield* bus.subscribe("asked", (m) => {
+              if (m.reply !== undefined) Queue.unsafeOffer(replies, m.reply)
+              Effect.runFork(bus.respond(m, "answer"))
+            })
+            for (let i = 0; i < 3; i++) expect(text(yield* bus.request("asked", "?"))).toBe("answer")
+            // Nobody is left on the inboxes of answered requests: a request to one finds no responders.
+            for (const inbox of yield* Queue.takeAll(replies)) {
+              const late = yield* Effect.either(bus.request(inbox, "late", { timeout: "1 second" }))
+              expect(Either.isLeft(late) && late.left._tag).toBe("NoResponders")
+            }
+          })
+        ))
+
       it.scoped("streams a subscription and stops it with the scope", () =>
         withBus(
           Effect.gen(function*() {
