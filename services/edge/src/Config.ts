@@ -47,3 +47,24 @@ export const shutdownGrace = Config.duration("EDGE_SHUTDOWN_GRACE").pipe(
 export const edgeId = Config.option(
   Config.string("EDGE_ID").pipe(Config.withDescription("This edge's id on the bus; random when unset"))
 )
+export const maxConnectionsPerAddress = Config.integer("EDGE_MAX_CONNECTIONS_PER_ADDRESS").pipe(
+  Config.validate({ message: "EDGE_MAX_CONNECTIONS_PER_ADDRESS must be 0 (no limit) or more", validation: (n) => n >= 0 }),
+  Config.withDescription(
+    "Open sockets (and upgrades in progress) from one remote address before upgrades are refused with 429; 0 is no limit. " +
+      "Behind a proxy that hides client addresses every socket has the proxy's, so set 0 there"
+  ),
+  Config.withDefault(1024)
+)
+export const maxConnectionsPerUser = Config.integer("EDGE_MAX_CONNECTIONS_PER_USER").pipe(
+  Config.validate({ message: "EDGE_MAX_CONNECTIONS_PER_USER must be 0 (no limit) or more", validation: (n) => n >= 0 }),
+  Config.withDescription("Open sockets whose upgrade carried a valid token, per token subject, before upgrades are refused with 429; 0 is no limit"),
+  Config.withDefault(256)
+)
+export const headersTimeout = Config.duration("EDGE_HEADERS_TIMEOUT").pipe(
+  Config.withDescription("How long a client has to send a request's headers (upgrades included) before the socket is closed"),
+  Config.withDefault("10 seconds")
+)
+export const requestTimeout = Config.duration("EDGE_REQUEST_TIMEOUT").pipe(
+  Config.withDescription("How long a client has to send a whole HTTP request, body included; at least EDGE_HEADERS_TIMEOUT"),
+  Config.withDefault("30 seconds")
+)

@@ -9,6 +9,7 @@ import { Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
+import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -24,6 +25,7 @@ import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { WebSocket, WebSocketServer } from "ws"
 import * as EdgeConfig from "./Config.ts"
+import { ConnectionLimit } from "./ConnectionLimit.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import { type HttpRouteTable, type Route, type RouteTable, standard, standardHttp } from "./Routes.ts"
 
@@ -51,6 +53,8 @@ const MAX_HTTP_BODY = 64 * 1024
 interface Socket {
   readonly id: Subjects.ConnId
   readonly ws: WebSocket
+  /** The peer's address, for logs. */
+  readonly remote: string
   /** The TCP socket under `ws`, corked while a burst of deliveries is written. */
   readonly raw: Duplex
   corked: boolean
@@ -65,6 +69,10 @@ interface Socket {
   pending: Array<readonly [Buffer, boolean]>
   closedWith: readonly [number, string] | undefined
   alive: boolean
+  /** The code the edge closed with, when it closed first: what the metrics count. */
+  sentClose: number | undefined
+  /** Terminates a peer that does not answer the edge's close; cleared once the socket is closed. */
+  closeTimer: ReturnType<typeof setTimeout> | undefined
 }
 
 const MAX_PENDING_FRAMES = 1024
@@ -75,7 +83,37 @@ const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHear
 const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
 const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
 
-const STATUS_TEXT: Record<number, string> = { 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable" }
+const STATUS_TEXT: Record<number, string> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
+  503: "Service Unavailable"
+}
+
+/**
+ * A request's target as a URL, or undefined when it is not one (`//`, `http://[::1`): any peer
+ * can send any target, and `new URL` throws on those.
+ */
+const targetOf = (req: Http.IncomingMessage): URL | undefined => {
+  try {
+    return new URL(req.url ?? "/", "http://edge")
+  } catch {
+    return undefined
+  }
+}
+
+/** What a log line says about the request an error happened in. */
+const requestLog = (req: Http.IncomingMessage) => ({
+  method: req.method ?? "",
+  url: req.url ?? "",
+  remote: req.socket.remoteAddress ?? "unknown"
+})
+
+/** How long a refused upgrade's socket may wait for the peer to close its side before it is destroyed. */
+const REFUSED_LINGER_MS = 2000
 
 /**
  * A close frame holds at most 123 bytes of reason, and ws throws on more. Services word reasons
@@ -89,7 +127,10 @@ const fitCloseReason = (reason: string) => {
   return `${cut}...`
 }
 
-/** Answers an upgrade request with a plain HTTP error and closes the TCP socket. */
+/**
+ * Answers an upgrade request with a plain HTTP error and closes the TCP socket, at once if the
+ * peer does not close its side soon: a refused socket must not linger, holding its slot.
+ */
 const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
   if (!socket.writable) return socket.destroy()
   const body = `${message}\n`
@@ -97,6 +138,7 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
   )
+  setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref()
 }
 
 const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => {
@@ -127,7 +169,14 @@ const make = (options: EdgeOptions) =>
       burst: yield* EdgeConfig.rateBurst,
       openTimeout: yield* EdgeConfig.openTimeout,
       heartbeat: yield* EdgeConfig.heartbeatInterval,
-      grace: yield* EdgeConfig.shutdownGrace
+      grace: yield* EdgeConfig.shutdownGrace,
+      perAddress: yield* EdgeConfig.maxConnectionsPerAddress,
+      perUser: yield* EdgeConfig.maxConnectionsPerUser,
+      headersTimeout: yield* EdgeConfig.headersTimeout,
+      requestTimeout: yield* EdgeConfig.requestTimeout
+    }
+    if (Duration.greaterThan(config.headersTimeout, config.requestTimeout)) {
+      return yield* Effect.dieMessage("EDGE_HEADERS_TIMEOUT must be at most EDGE_REQUEST_TIMEOUT")
     }
     const edgeId = Subjects.EdgeId(
       Option.getOrElse(yield* EdgeConfig.edgeId, () => `edge-${randomBytes(6).toString("hex")}`)
@@ -142,6 +191,20 @@ const make = (options: EdgeOptions) =>
     let shuttingDown = false
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<never>()
+    const byAddress = new ConnectionLimit(config.perAddress)
+    const byUser = new ConnectionLimit(config.perUser)
+
+    /**
+     * Logs an exception caught at a boundary (a request, an upgrade, a socket's event, a bus
+     * message): a bug there costs that request or socket, never the process and everyone on it.
+     */
+    const logCaught = (what: string, cause: unknown, about: Readonly<Record<string, string>>) => {
+      try {
+        runFork(Effect.logError(what, Cause.die(cause)).pipe(Effect.annotateLogs(about)))
+      } catch {
+        // Logging after shutdown has nowhere to go.
+      }
+    }
 
     // --- outbound: what services send to this edge's sockets -------------------------------
 
@@ -192,6 +255,14 @@ const make = (options: EdgeOptions) =>
         }).span
 
     const onOutbound = (m: Bus.BusMessage) => {
+      try {
+        deliverOutbound(m)
+      } catch (cause) {
+        logCaught("edge: outbound message handler threw", cause, { subject: m.subject, op: m.header(Subjects.Header.op) ?? "" })
+      }
+    }
+
+    const deliverOutbound = (m: Bus.BusMessage) => {
       const op = m.header(Subjects.Header.op)
       if (op === "deliver") {
         const one = m.header(Subjects.Header.conn)
@@ -270,17 +341,28 @@ const make = (options: EdgeOptions) =>
 
     const closeSocket = (s: Socket, code: number, reason: string) => {
       if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
-      s.ws.close(code, fitCloseReason(reason))
+      try {
+        s.ws.close(code, fitCloseReason(reason))
+        s.sentClose = code
+      } catch {
+        // A code no close frame may carry (a service's bug: 1005, 999): the socket still closes.
+        s.ws.close(CloseCode.InternalError, `invalid close code ${code}`)
+        s.sentClose = CloseCode.InternalError
+      }
       // A peer that does not read will never see the close frame; don't wait on it for long.
-      const timer = setTimeout(() => s.ws.terminate(), Duration.toMillis(config.grace))
-      timer.unref()
+      s.closeTimer = setTimeout(() => s.ws.terminate(), Duration.toMillis(config.grace))
+      s.closeTimer.unref()
     }
 
     const onClose = (s: Socket, code: number, reason: string) => {
       const wasOpen = s.state === "open"
       s.state = "closed"
       sockets.delete(s.id)
-      metrics.closed(s.path, code)
+      // The timer would keep the socket, and all it holds, for the rest of the grace.
+      if (s.closeTimer !== undefined) clearTimeout(s.closeTimer)
+      // A close the edge began counts under the code it sent: a slow consumer it closed with 1013
+      // and then terminated, for not reading the close frame either, is still a 1013, not a 1006.
+      metrics.closed(s.path, s.sentClose ?? code)
       if (wasOpen) tellClosed(s, code, reason)
       else s.closedWith = [code, reason]
     }
@@ -321,70 +403,132 @@ const make = (options: EdgeOptions) =>
       perMessageDeflate: false,
       clientTracking: false,
       handleProtocols: (offered, req) => {
-        const route = routes[new URL(req.url ?? "/", "http://edge").pathname]
+        const target = targetOf(req)
+        const route = target === undefined ? undefined : routes[target.pathname]
         return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
       }
     })
 
     const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims | undefined) =>
       wss.handleUpgrade(req, socket, head, (ws) => {
-        const id = Subjects.ConnId(randomUUID())
-        const base = {
-          [Subjects.Header.op]: "frame",
-          [Subjects.Header.conn]: id,
-          [Subjects.Header.edge]: edgeId,
-          ...(claims === undefined ? {} : { [Subjects.Header.user]: claims.sub })
+        try {
+          openSocket(req, socket, ws, url, route, claims)
+        } catch (cause) {
+          // Past the handshake: the peer reads WebSocket frames now, not an HTTP error.
+          logCaught("edge: opening a socket threw", cause, requestLog(req))
+          ws.terminate()
         }
-        const s: Socket = {
-          id,
-          ws,
-          raw: socket,
-          corked: false,
-          path: url.pathname,
-          route,
-          subject: Subjects.conn(route.service, id),
-          frameHeaders: base,
-          limitedHeaders: { ...base, [Subjects.Header.reason]: "rate-limited" },
-          budget: new RateBudget(config.rate, config.burst),
-          state: "opening",
-          pending: [],
-          closedWith: undefined,
-          alive: true
-        }
-        sockets.set(id, s)
-        metrics.opened(s.path)
-        ws.on("message", (data: Buffer, isBinary) => onFrame(s, data, isBinary))
-        ws.on("pong", () => {
-          s.alive = true
-        })
-        ws.on("close", (code, reason) => onClose(s, code, reason.toString()))
-        ws.on("error", () => {
-          // ws closes the socket itself (1002/1007/1009) and emits `close` after this.
-        })
-        const query: Record<string, string> = {}
-        for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
-        const origin = req.headers.origin
-        const event: EdgeProtocol.OpenEvent = {
-          path: url.pathname,
-          query,
-          openedAt: Date.now(),
-          ...(origin === undefined ? {} : { origin }),
-          ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
-          ...(claims === undefined ? {} : { claims })
-        }
-        runFork(startSession(s, event, claims?.sub))
       })
 
-    const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
-      socket.on("error", () => socket.destroy())
+    const openSocket = (req: Http.IncomingMessage, socket: Duplex, ws: WebSocket, url: URL, route: Route, claims: Auth.Claims | undefined) => {
+      const id = Subjects.ConnId(randomUUID())
+      const base = {
+        [Subjects.Header.op]: "frame",
+        [Subjects.Header.conn]: id,
+        [Subjects.Header.edge]: edgeId,
+        ...(claims === undefined ? {} : { [Subjects.Header.user]: claims.sub })
+      }
+      const s: Socket = {
+        id,
+        ws,
+        remote: req.socket.remoteAddress ?? "unknown",
+        raw: socket,
+        corked: false,
+        path: url.pathname,
+        route,
+        subject: Subjects.conn(route.service, id),
+        frameHeaders: base,
+        limitedHeaders: { ...base, [Subjects.Header.reason]: "rate-limited" },
+        budget: new RateBudget(config.rate, config.burst),
+        state: "opening",
+        pending: [],
+        closedWith: undefined,
+        alive: true,
+        sentClose: undefined,
+        closeTimer: undefined
+      }
+      sockets.set(id, s)
+      ws.on("close", (code, reason) => {
+        try {
+          onClose(s, code, reason.toString())
+        } catch (cause) {
+          logCaught("edge: socket close handler threw", cause, socketLog(s))
+        }
+      })
+      metrics.opened(s.path)
+      // One try per event, no Effect: this runs once per frame.
+      ws.on("message", (data: Buffer, isBinary) => {
+        try {
+          onFrame(s, data, isBinary)
+        } catch (cause) {
+          socketFailed(s, "message", cause)
+        }
+      })
+      ws.on("pong", () => {
+        s.alive = true
+      })
+      ws.on("error", () => {
+        // ws closes the socket itself (1002/1007/1009) and emits `close` after this.
+      })
+      const query: Record<string, string> = {}
+      for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
+      const origin = req.headers.origin
+      const event: EdgeProtocol.OpenEvent = {
+        path: url.pathname,
+        query,
+        openedAt: Date.now(),
+        ...(origin === undefined ? {} : { origin }),
+        ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
+        ...(claims === undefined ? {} : { claims })
+      }
+      runFork(startSession(s, event, claims?.sub))
+    }
+
+    const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })
+
+    /** A socket whose handler threw: closed 1011, or cut if even that fails. */
+    const socketFailed = (s: Socket, event: string, cause: unknown) => {
+      logCaught(`edge: socket ${event} handler threw`, cause, socketLog(s))
+      try {
+        closeSocket(s, CloseCode.InternalError, "internal error")
+      } catch {
+        s.ws.terminate()
+      }
+    }
+
+    /**
+     * Takes the user's slot once the token is verified, and upgrades. The peer may have gone while
+     * the token was checked: a destroyed socket never emits `close` again, and its slot would stay.
+     */
+    const acceptVerified = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
+      if (socket.destroyed) return
       if (shuttingDown) return refuseUpgrade(socket, 503, "shutting down")
-      const url = new URL(req.url ?? "/", "http://edge")
+      const release = byUser.take(claims.sub)
+      if (release === undefined) {
+        return refuseUpgrade(socket, 429, `too many connections for user ${claims.sub} (at most ${config.perUser})`)
+      }
+      socket.once("close", release)
+      accept(req, socket, head, url, route, claims)
+    }
+
+    const upgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (shuttingDown) return refuseUpgrade(socket, 503, "shutting down")
+      const url = targetOf(req)
+      if (url === undefined) return refuseUpgrade(socket, 400, "malformed request target")
       const route = routes[url.pathname]
       if (route === undefined) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${url.pathname}`)
       const origin = req.headers.origin
       if (!anyOrigin && origin !== undefined && !config.origins.includes(origin)) {
         return refuseUpgrade(socket, 403, `origin ${origin} is not allowed`)
       }
+      // The slot is the TCP socket's, from here to its close, whatever happens in between (a
+      // refused token, a handshake ws rejects, a socket that lives for days).
+      const address = req.socket.remoteAddress ?? "unknown"
+      const release = byAddress.take(address)
+      if (release === undefined) {
+        return refuseUpgrade(socket, 429, `too many connections from ${address} (at most ${config.perAddress})`)
+      }
+      socket.once("close", release)
       const token = bearer(req, url)
       if (token === undefined) {
         if (route.auth === "upgrade") return refuseUpgrade(socket, 401, "a bearer token is required (Authorization header or ?token=)")
@@ -393,21 +537,40 @@ const make = (options: EdgeOptions) =>
       runFork(
         auth.verify(token).pipe(
           Effect.either,
-          Effect.map(
-            Either.match({
-              onLeft: (e) =>
-                refuseUpgrade(socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
-              onRight: (claims) => (shuttingDown ? refuseUpgrade(socket, 503, "shutting down") : accept(req, socket, head, url, route, claims))
+          Effect.flatMap((verdict) =>
+            Effect.sync(() =>
+              Either.match(verdict, {
+                onLeft: (e) =>
+                  refuseUpgrade(socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
+                onRight: (claims) => acceptVerified(req, socket, head, url, route, claims)
+              })
+            )
+          ),
+          Effect.catchAllCause((cause) =>
+            Effect.sync(() => {
+              logCaught("edge: upgrade failed after the token check", Cause.squash(cause), requestLog(req))
+              refuseUpgrade(socket, 500, "internal error")
             })
           )
         )
       )
     }
 
+    const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      socket.on("error", () => socket.destroy())
+      try {
+        upgrade(req, socket, head)
+      } catch (cause) {
+        logCaught("edge: upgrade handler threw", cause, requestLog(req))
+        // `openSocket` catches its own: what reaches here threw before the handshake, so the peer still reads HTTP.
+        refuseUpgrade(socket, 500, "internal error")
+      }
+    }
+
     /** Hands a plain HTTP request to the service that answers its path, over the bus. */
     const forwardHttp = (
       req: Http.IncomingMessage,
-      res: Http.ServerResponse,
+      url: URL,
       service: Subjects.ServiceName,
       reply: (status: number, body: string, type?: string) => void
     ) => {
@@ -421,47 +584,75 @@ const make = (options: EdgeOptions) =>
         } else chunks.push(chunk)
       })
       req.on("end", () => {
-        if (res.headersSent) return
-        const url = new URL(req.url ?? "/", "http://edge")
-        const request: EdgeProtocol.HttpRequest = {
-          method: req.method ?? "GET",
-          path: url.pathname,
-          query: Object.fromEntries(url.searchParams),
-          body: Buffer.concat(chunks).toString("utf8"),
-          ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
-        }
-        runFork(
-          bus.request(Subjects.http(service), encodeHttpRequest(request), { timeout: "10 seconds" }).pipe(
-            Effect.flatMap((m) => decodeHttpResponse(Bus.text(m))),
-            Effect.match({
-              onFailure: (e) =>
-                e._tag === "NoResponders"
-                  ? reply(503, `${service} service unavailable\n`)
-                  : e._tag === "RequestTimeout"
-                  ? reply(504, `${service} service did not answer\n`)
-                  : reply(502, "bad answer from the service\n"),
-              onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json")
-            })
+        guarded(req, reply, () => {
+          const request: EdgeProtocol.HttpRequest = {
+            method: req.method ?? "GET",
+            path: url.pathname,
+            query: Object.fromEntries(url.searchParams),
+            body: Buffer.concat(chunks).toString("utf8"),
+            ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
+          }
+          runFork(
+            bus.request(Subjects.http(service), encodeHttpRequest(request), { timeout: "10 seconds" }).pipe(
+              Effect.flatMap((m) => decodeHttpResponse(Bus.text(m))),
+              Effect.match({
+                onFailure: (e) =>
+                  e._tag === "NoResponders"
+                    ? reply(503, `${service} service unavailable\n`)
+                    : e._tag === "RequestTimeout"
+                    ? reply(504, `${service} service did not answer\n`)
+                    : reply(502, "bad answer from the service\n"),
+                onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json")
+              }),
+              // An answer that cannot be written (a status Node refuses, say) is the service's bug;
+              // the client still gets an answer.
+              Effect.catchAllCause((cause) =>
+                Effect.sync(() => requestFailed(req, reply, "edge: answering a forwarded request failed", Cause.squash(cause)))
+              )
+            )
           )
-        )
+        })
       })
     }
 
+    /** Logs the request a bug hit, and answers it 500 (or cuts a response already begun). */
+    const requestFailed = (req: Http.IncomingMessage, reply: (status: number, body: string) => void, what: string, cause: unknown) => {
+      logCaught(what, cause, requestLog(req))
+      try {
+        reply(500, "internal error\n")
+      } catch {
+        req.socket.destroy()
+      }
+    }
+
+    const guarded = (req: Http.IncomingMessage, reply: (status: number, body: string) => void, handle: () => void) => {
+      try {
+        handle()
+      } catch (cause) {
+        requestFailed(req, reply, "edge: request handler threw", cause)
+      }
+    }
+
     const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      const path = new URL(req.url ?? "/", "http://edge").pathname
       const reply = (status: number, body: string, type = "text/plain; charset=utf-8") => {
+        if (res.headersSent) return void res.destroy()
         res.writeHead(status, { "content-type": type, "content-length": Buffer.byteLength(body) })
         res.end(body)
       }
-      if (req.method === "GET" && path === "/healthz") return reply(200, "ok\n")
-      if (req.method === "GET" && path === "/readyz") {
-        return shuttingDown ? reply(503, "shutting down\n") : bus.isConnected() ? reply(200, "ready\n") : reply(503, "bus disconnected\n")
-      }
-      if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
-      const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
-      if (routed !== undefined) return forwardHttp(req, res, routed[1], reply)
-      if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
-      reply(404, "not found\n")
+      guarded(req, reply, () => {
+        const url = targetOf(req)
+        if (url === undefined) return reply(400, "malformed request target\n")
+        const path = url.pathname
+        if (req.method === "GET" && path === "/healthz") return reply(200, "ok\n")
+        if (req.method === "GET" && path === "/readyz") {
+          return shuttingDown ? reply(503, "shutting down\n") : bus.isConnected() ? reply(200, "ready\n") : reply(503, "bus disconnected\n")
+        }
+        if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
+        const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
+        if (routed !== undefined) return forwardHttp(req, url, routed[1], reply)
+        if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
+        reply(404, "not found\n")
+      })
     }
 
     // --- resources, in the order they must be released --------------------------------------
@@ -482,10 +673,21 @@ const make = (options: EdgeOptions) =>
 
     const server = yield* Effect.acquireRelease(
       Effect.async<Http.Server, Error>((resume) => {
-        const server = Http.createServer(onRequest)
+        const headersTimeout = Duration.toMillis(config.headersTimeout)
+        const server = Http.createServer({
+          // A peer that sends its headers (an upgrade's too) or its body a byte at a time must
+          // not hold a socket for long; Node looks for such peers every checking interval.
+          headersTimeout,
+          requestTimeout: Duration.toMillis(config.requestTimeout),
+          connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeout / 2))
+        }, onRequest)
         server.on("upgrade", onUpgrade)
         server.once("error", (e) => resume(Effect.fail(e)))
-        server.listen(config.port, config.host, () => resume(Effect.succeed(server)))
+        server.listen(config.port, config.host, () => {
+          // Once listening, an error (accept failing for want of file descriptors, say) is logged; the edge carries on.
+          server.on("error", (e) => logCaught("edge: server error", e, {}))
+          resume(Effect.succeed(server))
+        })
       }),
       (server) =>
         Effect.gen(function*() {
@@ -510,12 +712,16 @@ const make = (options: EdgeOptions) =>
 
     const ping = setInterval(() => {
       for (const s of sockets.values()) {
-        if (!s.alive) {
-          s.ws.terminate()
-          continue
+        try {
+          if (!s.alive) {
+            s.ws.terminate()
+            continue
+          }
+          s.alive = false
+          s.ws.ping()
+        } catch (cause) {
+          socketFailed(s, "ping", cause)
         }
-        s.alive = false
-        s.ws.ping()
       }
     }, Duration.toMillis(config.pingInterval))
     yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(ping)))

@@ -1,0 +1,37 @@
+/**
+ * Open connections counted per key (a remote address, a user), refused past a limit, so that one
+ * peer cannot hold the sockets, memory and actors that everyone else needs. A count is dropped
+ * when it reaches zero: keys that come and go cost nothing once their sockets are gone.
+ */
+export class ConnectionLimit {
+  private readonly open = new Map<string, number>()
+
+  /** `max` connections per key; 0 counts nothing and refuses nothing. */
+  constructor(readonly max: number) {}
+
+  /**
+   * Takes a slot for `key`: the function that gives it back (idempotent), or undefined when `key`
+   * already holds `max`.
+   */
+  take(key: string): (() => void) | undefined {
+    if (this.max <= 0) return noop
+    const n = this.open.get(key) ?? 0
+    if (n >= this.max) return undefined
+    this.open.set(key, n + 1)
+    let held = true
+    return () => {
+      if (!held) return
+      held = false
+      const left = (this.open.get(key) ?? 1) - 1
+      if (left <= 0) this.open.delete(key)
+      else this.open.set(key, left)
+    }
+  }
+
+  /** How many keys hold at least one slot. */
+  get keys(): number {
+    return this.open.size
+  }
+}
+
+const noop = () => undefined
