@@ -305,31 +305,100 @@ export const makeKv = (): KvShape => {
   }
 }
 
+/** What the embedded journals hold together when no opener gives a budget. */
+const DEFAULT_TOTAL_BYTES = 64 * 1024 * 1024
+
+/** One embedded journal: its entries oldest first, and their size. */
+interface Log {
+  readonly entries: Array<JournalEntry>
+  bytes: number
+}
+
+const journalEncoder = new TextEncoder()
+/**
+ * Entries are kept for hours, so each gets bytes of its own: a view into Node's shared pool (what
+ * `Buffer.from` gives short strings) would keep that pool's whole 8 KiB slab alive.
+ */
+const ownBytes = (data: Uint8Array | string): Uint8Array =>
+  typeof data === "string" ? journalEncoder.encode(data) : data.byteLength === data.buffer.byteLength ? data : new Uint8Array(data)
+
+/**
+ * Journals in this process's memory, bounded each by count, bytes and age, and all together by a
+ * byte budget: past it, the oldest entry of any journal goes first, so one busy or abandoned
+ * topic cannot hold memory that newer ones need.
+ */
 export const makeJournal = (): JournalShape => {
   const journals = new Map<string, JournalHandle>()
+  /**
+   * Every entry in append order across journals, for the budget to find the oldest. An entry its
+   * own journal already dropped stays here until it reaches the front or the array is compacted:
+   * by sequence number, never by reference, so that its bytes are freed at once.
+   */
+  let order: Array<{ readonly log: Log; readonly seq: number }> = []
+  let orderHead = 0
+  let total = 0
+  let stored = 0
+  let budget: number | undefined
+
+  const dropOldest = (log: Log) => {
+    const entry = log.entries.shift()
+    if (entry === undefined) return
+    log.bytes -= entry.data.byteLength
+    total -= entry.data.byteLength
+    stored--
+  }
+  const isStored = (log: Log, seq: number) => {
+    const first = log.entries[0]
+    return first !== undefined && seq >= first.seq
+  }
+  const enforceBudget = () => {
+    const limit = budget ?? DEFAULT_TOTAL_BYTES
+    while (total > limit && orderHead < order.length) {
+      const { log, seq } = order[orderHead++]!
+      if (log.entries[0]?.seq === seq) dropOldest(log)
+    }
+    // Stale references are dropped in bulk, so the index costs at most about twice what is stored.
+    if (order.length - orderHead > 2 * stored + 1024) {
+      order = order.slice(orderHead).filter(({ log, seq }) => isStored(log, seq))
+      orderHead = 0
+    }
+  }
+
   return {
     open: (spec) =>
       Effect.sync(() => {
+        if (spec.totalBytes !== undefined) budget = Math.min(budget ?? spec.totalBytes, spec.totalBytes)
         const existing = journals.get(spec.name)
         if (existing) return existing
-        const entries: Array<JournalEntry> = []
+        const log: Log = { entries: [], bytes: 0 }
         let seq = 0
         const maxAge = Duration.toMillis(Duration.decode(spec.maxAge))
+        const dropExpired = (now: number) => {
+          while (log.entries.length > 0 && log.entries[0]!.at < now - maxAge) dropOldest(log)
+        }
         const handle: JournalHandle = {
           append: (data) => {
-            entries.push({ seq: ++seq, data: toBytes(data), at: Date.now() })
-            if (entries.length > spec.maxMessages) entries.splice(0, entries.length - spec.maxMessages)
+            const entry: JournalEntry = { seq: ++seq, data: ownBytes(data), at: Date.now() }
+            log.entries.push(entry)
+            log.bytes += entry.data.byteLength
+            total += entry.data.byteLength
+            stored++
+            order.push({ log, seq: entry.seq })
+            dropExpired(entry.at)
+            while (log.entries.length > spec.maxMessages || log.bytes > spec.maxBytes) dropOldest(log)
+            enforceBudget()
           },
           read: ({ before, limit }) =>
             Effect.sync(() => {
-              const oldest = Date.now() - maxAge
-              const kept = entries.filter((e) => e.at >= oldest && (before === undefined || e.seq < before))
+              dropExpired(Date.now())
+              const kept = before === undefined ? log.entries : log.entries.filter((e) => e.seq < before)
               return kept.slice(Math.max(0, kept.length - limit))
             })
         }
         journals.set(spec.name, handle)
         return handle
-      })
+      }),
+    find: (name) => Effect.sync(() => Option.fromNullable(journals.get(name)))
   }
 }
 
