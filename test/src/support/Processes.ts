@@ -17,7 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
-export type Service = "auth" | "router" | "registry" | "edge"
+export type Service = "auth" | "router" | "registry" | "edge" | "all-in-one"
 
 export class ServiceProcessError extends Data.TaggedError("ServiceProcessError")<{
   readonly reason: "Spawn" | "Exited" | "NotReady"
@@ -57,8 +57,11 @@ export interface EdgeProcess extends ServiceProcess {
 }
 
 export interface ProcessOptions {
-  readonly natsUrl: string
+  /** Unset: the embedded bus (the all-in-one only). */
+  readonly natsUrl?: string
   readonly namespace: string
+  /** Node's own flags, before the script (e.g. `--inspect=127.0.0.1:0`). */
+  readonly nodeArgs?: ReadonlyArray<string>
   /** More settings, on top of the ones every service gets here. */
   readonly env?: Readonly<Record<string, string>>
   /** How long the process gets to exit after SIGTERM before SIGKILL. */
@@ -110,11 +113,11 @@ const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
     const child = yield* Effect.acquireRelease(
       Effect.sync(() => {
         killOrphansOnExit()
-        const child = spawn(process.execPath, ["--import", "tsx", `services/${service}/src/main.ts`], {
+        const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", `services/${service}/src/main.ts`], {
           cwd: repoRoot,
           env: {
             ...baseEnv(),
-            NATS_URL: options.natsUrl,
+            ...(options.natsUrl === undefined ? {} : { NATS_URL: options.natsUrl }),
             PORT: "0",
             SWITCHBOARD_JWT_SECRET: SECRET,
             SWITCHBOARD_NAMESPACE: options.namespace,
@@ -195,15 +198,21 @@ export const router = (options: ProcessOptions) => Effect.map(start("router", op
  */
 export const registry = (options: ProcessOptions) => Effect.map(start("registry", options, HOSTING), ({ proc }) => proc)
 
-/** One edge, returned once it logs the port it listens on. */
-export const edge = (options: ProcessOptions) =>
-  Effect.flatMap(start("edge", options, LISTENING), ({ match, proc }) => {
+/** A process that serves an edge, returned once it logs the port it listens on. */
+const listening = (service: "edge" | "all-in-one", options: ProcessOptions) =>
+  Effect.flatMap(start(service, options, LISTENING), ({ match, proc }) => {
     const [line = "", id, url, port] = match ?? []
     if (id === undefined || url === undefined || port === undefined) {
-      return Effect.fail(new ServiceProcessError({ reason: "NotReady", service: "edge", output: proc.output(), cause: `unexpected line ${line}` }))
+      return Effect.fail(new ServiceProcessError({ reason: "NotReady", service, output: proc.output(), cause: `unexpected line ${line}` }))
     }
     return Effect.succeed<EdgeProcess>({ ...proc, id, port: Number(port), url, ws: url.replace(/^http/, "ws") })
   })
+
+/** One edge, returned once it logs the port it listens on. */
+export const edge = (options: ProcessOptions) => listening("edge", options)
+
+/** Every service in one process (`npm start`), on the embedded bus unless `natsUrl` is given. */
+export const allInOne = (options: ProcessOptions) => listening("all-in-one", options)
 
 export interface Deployment {
   readonly namespace: string
