@@ -28,6 +28,16 @@ export interface Frame {
   readonly traceparent: string | undefined
   /** The edge's rate limit for this connection was exceeded: answer with the protocol's error. */
   readonly limited: boolean
+  /** The edge the frame came from: where a Streamable HTTP session's answer goes. */
+  readonly edge: Subjects.EdgeId | undefined
+  /** The token subject the edge verified for this frame (a Streamable HTTP request carries its own token). */
+  readonly user: string | undefined
+  /** Streamable HTTP: the sending edge's exchange the frame came on (see `HttpExchange`). */
+  readonly http: string | undefined
+  /** Streamable HTTP control (`stream`, `stream-closed`) instead of a client message. */
+  readonly httpOp: string | undefined
+  /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
+  readonly lastEventId: string | undefined
 }
 
 export interface Connection {
@@ -38,7 +48,10 @@ export interface Connection {
   readonly user: string | undefined
   /** Sends one text frame to this connection's socket; never blocks. */
   readonly send: (data: Uint8Array | string, traceparent?: string) => void
-  /** Asks the edge to close the socket. The actor then receives `onClosed`. */
+  /**
+   * Asks the edge to close the socket. The actor then receives `onClosed`. A Streamable HTTP
+   * session has no socket: the actor ends itself the same way.
+   */
   readonly close: (code: number, reason: string) => void
   /**
    * Sends a message to the actor of another connection of the same service, wherever it lives:
@@ -136,6 +149,30 @@ class IncomingFrame implements Frame {
   get limited() {
     return this.message.header(Subjects.Header.reason) === "rate-limited"
   }
+  get edge() {
+    const edge = this.message.header(Subjects.Header.edge)
+    return edge === undefined ? undefined : Subjects.EdgeId(edge)
+  }
+  get user() {
+    return this.message.header(Subjects.Header.user)
+  }
+  get http() {
+    return this.message.header(Subjects.Header.http)
+  }
+  get httpOp() {
+    return this.message.header(Subjects.Header.httpOp)
+  }
+  get lastEventId() {
+    return this.message.header(Subjects.Header.lastEventId)
+  }
+}
+
+/**
+ * One exchange of a Streamable HTTP session on the edge that holds it: a pending POST, answered
+ * by its final response (`end`), or an open GET stream, whose events carry ids.
+ */
+export interface HttpExchange {
+  readonly send: (data: Uint8Array | string, options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string }) => void
 }
 
 /** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
@@ -144,7 +181,20 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
   to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, Subjects.Header.conn, conn),
   /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
   toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
-  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason)
+  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason),
+  /** An exchange of a Streamable HTTP session; one subject per edge keeps notifications before the response they precede. */
+  exchange: (edge: Subjects.EdgeId, conn: Subjects.ConnId, exchange: string): HttpExchange => {
+    const out = Subjects.edgeOut(edge)
+    return {
+      send: (data, options = {}) => {
+        const headers: Record<string, string> = { [Subjects.Header.op]: "deliver", [Subjects.Header.conn]: conn, [Subjects.Header.http]: exchange }
+        if (options.end === true) headers[Subjects.Header.httpEnd] = "1"
+        if (options.eventId !== undefined) headers[Subjects.Header.eventId] = options.eventId
+        if (options.traceparent !== undefined) headers[Subjects.Header.traceparent] = options.traceparent
+        bus.unsafePublish(out, data, headers)
+      }
+    }
+  }
 }))
 
 const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
@@ -306,9 +356,12 @@ export const host = <R>(options: HostOptions<R>) =>
       answer: (reply: Edge.OpenReply) => Effect.Effect<void>
     ) => {
       const mailbox = new Mailbox<R>(runFork)
+      // A Streamable HTTP session outlives any edge: a dead edge's sweep must not end it.
+      const http = event.transport === "http"
+      const subject = Subjects.conn(options.service, connId)
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
       return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
-        yield* Scope.extend(bus.subscribe(Subjects.conn(options.service, connId), (m) => mailbox.offer(m)), scope)
+        yield* Scope.extend(bus.subscribe(subject, (m) => mailbox.offer(m)), scope)
         const connection: Connection = {
           id: connId,
           edge: edgeId,
@@ -316,7 +369,10 @@ export const host = <R>(options: HostOptions<R>) =>
           user: event.claims?.sub,
           send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
           peer,
-          close: (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
+          close: http
+            ? (code, reason) =>
+              bus.unsafePublish(subject, "", { [Subjects.Header.op]: "closed", [Subjects.Header.code]: String(code), [Subjects.Header.reason]: reason })
+            : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
         }
         const made = yield* Effect.exit(Scope.extend(options.make(connection, restored), scope))
         if (Exit.isFailure(made)) {
@@ -333,9 +389,11 @@ export const host = <R>(options: HostOptions<R>) =>
           return
         }
         const actor = made.value
-        let local = byEdge.get(edgeId)
-        if (!local) byEdge.set(edgeId, (local = new Map()))
-        local.set(connId, mailbox)
+        if (!http) {
+          let local = byEdge.get(edgeId)
+          if (!local) byEdge.set(edgeId, (local = new Map()))
+          local.set(connId, mailbox)
+        }
         owned.set(connId, mailbox)
         yield* answer({ ok: true })
 

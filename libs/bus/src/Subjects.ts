@@ -31,6 +31,19 @@ export const Header = {
   reason: "sb-reason",
   /** What a `peer` message between actors is (e.g. `reply`, `attach`). */
   kind: "sb-kind",
+  /**
+   * Streamable HTTP: the edge's exchange a message belongs to (a pending POST, or an open GET
+   * stream), on a frame from the edge and on a delivery back to it.
+   */
+  http: "sb-http",
+  /** Streamable HTTP control from the edge, on a frame without a body: `stream` (a GET stream opened), `stream-closed`. */
+  httpOp: "sb-http-op",
+  /** On a delivery to an exchange: `1` when the exchange ends after this message (a request's final response). */
+  httpEnd: "sb-http-end",
+  /** On a delivery to a GET stream: the SSE event id. */
+  eventId: "sb-event-id",
+  /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
+  lastEventId: "sb-last-event-id",
   traceparent: "traceparent",
   tracestate: "tracestate"
 } as const

@@ -14,7 +14,12 @@ export const OpenEvent = Schema.Struct({
   protocol: Schema.optional(Schema.String),
   /** Present when the upgrade carried a valid token. */
   claims: Schema.optional(Claims),
-  openedAt: Schema.Number
+  openedAt: Schema.Number,
+  /**
+   * `http`: a Streamable HTTP session, bound to no socket and no edge; any edge forwards its
+   * requests. Absent for a WebSocket.
+   */
+  transport: Schema.optional(Schema.Literal("http"))
 })
 export type OpenEvent = typeof OpenEvent.Type
 

@@ -20,6 +20,11 @@ export const Method = {
 
 /** The MCP revisions the hub speaks, newest first; it answers an unknown one with the first. */
 export const ProtocolVersions = ["2025-06-18", "2025-03-26", "2024-11-05"] as const
+/**
+ * The `MCP-Protocol-Version` header values a Streamable HTTP request may carry; the transport
+ * appeared in 2025-03-26, and a request without the header is taken to be of that version.
+ */
+export const HttpProtocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26"] as const
 
 /** An MCP `Tool` as a page declares it; unknown fields are dropped. */
 export const Tool = Schema.Struct({
