@@ -55,3 +55,16 @@ export const replicaHeartbeat = Config.duration("REGISTRY_REPLICA_HEARTBEAT").pi
   Config.withDescription("Liveness period of a registry replica; survivors adopt its sockets after it stops"),
   Config.withDefault("2 seconds")
 )
+export const httpReplayEvents = Config.integer("REGISTRY_HTTP_REPLAY_EVENTS").pipe(
+  Config.validate({ message: "REGISTRY_HTTP_REPLAY_EVENTS must be 0 or more", validation: (n) => n >= 0 }),
+  Config.withDescription("Server-initiated events a Streamable HTTP /hub session keeps for a GET stream that resumes with Last-Event-ID"),
+  Config.withDefault(100)
+)
+export const httpReplayAge = Config.duration("REGISTRY_HTTP_REPLAY_AGE").pipe(
+  Config.withDescription("How long a Streamable HTTP /hub session keeps an event for resumption"),
+  Config.withDefault("5 minutes")
+)
+export const httpSessionIdle = Config.duration("REGISTRY_HTTP_SESSION_IDLE").pipe(
+  Config.withDescription("A Streamable HTTP /hub session without any request for this long ends (its id then gets 404)"),
+  Config.withDefault("30 minutes")
+)

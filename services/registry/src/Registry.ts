@@ -23,6 +23,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import * as RegistryConfig from "./Config.ts"
+import * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
 import * as Rejections from "./Rejections.ts"
 import * as Views from "./Views.ts"
@@ -110,7 +111,12 @@ export const make = Effect.gen(function*() {
     warningInterval: yield* RegistryConfig.warningInterval,
     maxToolsPerTab: yield* RegistryConfig.maxToolsPerTab,
     maxPending: yield* RegistryConfig.maxPending,
-    replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat
+    replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat,
+    http: {
+      replayEvents: yield* RegistryConfig.httpReplayEvents,
+      replayAge: yield* RegistryConfig.httpReplayAge,
+      idle: yield* RegistryConfig.httpSessionIdle
+    }
   }
   const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord)
   const cachedTools = Kv.typed(yield* kv.bucket(Subjects.Bucket.cachedTools), Registry.CachedToolRecord)
@@ -303,6 +309,8 @@ export const make = Effect.gen(function*() {
     readonly args: Record<string, unknown>
     readonly progressToken: string | number | undefined
     readonly span: Tracer.Span | undefined
+    /** Where its answer, and its progress before that, go. */
+    readonly exchange: HubTransport.Exchange
     /** Tabs it was sent to so far. */
     attempts: number
     /** Whether a tab was opened for it already (a cached tool with no tab). */
@@ -325,6 +333,10 @@ export const make = Effect.gen(function*() {
       const scope = yield* Effect.scope
       const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
       let user = conn.user
+      const http = conn.open.transport === "http"
+      // A Streamable HTTP session is opened by the edge with the request's verified token, and never authenticates in-band.
+      if (http && user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
+      const transport = http ? yield* HubTransport.http(conn, link, config.http) : HubTransport.webSocket(conn)
       let view: Views.View | undefined
       /** Set once `initialize` was answered. */
       let protocolVersion: string | undefined
@@ -341,7 +353,7 @@ export const make = Effect.gen(function*() {
       })
       let seq = 0
 
-      const send = (data: string, span?: Tracer.AnySpan) => conn.send(data, span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
+      const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
 
       const attach = (owner: string) =>
         Effect.gen(function*() {
@@ -367,6 +379,7 @@ export const make = Effect.gen(function*() {
         yield* remember(conn, { role: "hub", user })
       }
       const authTimer = view === undefined ? yield* deadline(conn, "Authentication failed: no authenticate message in time") : undefined
+      const close = transport.close
 
       // --- calls: route to the best tab, retry when it closes, open one for a cached tool ---
 
@@ -377,7 +390,7 @@ export const make = Effect.gen(function*() {
       }
       const fail = (call: Call, code: number, message: string) => {
         done(call)
-        send(failure(call.id, code, message), call.span)
+        call.exchange.reply(failure(call.id, code, message), traceOf(call.span))
       }
 
       /** MCP-B routing (spec section 3): the tab in the name, the domain's active tab, the latest updated. */
@@ -474,20 +487,20 @@ export const make = Effect.gen(function*() {
         }, backoffMillis)
       }
 
-      const toolsCall = (request: JsonRpc.Request, span: Tracer.Span | undefined) => {
+      const toolsCall = (request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => {
         const params = isRecord(request.params) ? request.params : {}
         const name = params["name"]
         const args = params["arguments"] ?? {}
         const meta = params["_meta"]
         const progressToken = isRecord(meta) ? meta["progressToken"] : undefined
         if (typeof name !== "string" || !isRecord(args) || (progressToken !== undefined && typeof progressToken !== "string" && typeof progressToken !== "number")) {
-          return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
+          return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
         }
         const key = idKey(request.id)
-        if (calls.has(key)) return send(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
-        if (calls.size >= config.maxPending) return send(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
+        if (calls.has(key)) return ex.reply(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
+        if (calls.size >= config.maxPending) return ex.reply(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
         const listed = view?.aggregate().byName.get(name)
-        if (listed === undefined) return send(failure(request.id, TabNotFound, `TabNotFound: no tool named ${name}; tools/list shows what the open tabs offer`))
+        if (listed === undefined) return ex.reply(failure(request.id, TabNotFound, `TabNotFound: no tool named ${name}; tools/list shows what the open tabs offer`))
         span?.attribute("mcp.tool.domain", listed.target.domain)
         const call: Call = {
           id: request.id,
@@ -496,6 +509,7 @@ export const make = Effect.gen(function*() {
           args,
           progressToken,
           span,
+          exchange: ex,
           attempts: 0,
           opened: false,
           phase: "sent",
@@ -507,14 +521,14 @@ export const make = Effect.gen(function*() {
         dispatch(call)
       }
 
-      const toolsList = (request: JsonRpc.Request) => {
+      const toolsList = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
         const all = view?.aggregate() ?? { tools: [] }
         const params = isRecord(request.params) ? request.params : {}
         const cursor = params["cursor"]
         let offset = 0
         if (cursor !== undefined) {
           offset = typeof cursor === "string" && /^[0-9]+$/.test(cursor) ? Number(cursor) : -1
-          if (offset < 0 || offset > all.tools.length) return send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
+          if (offset < 0 || offset > all.tools.length) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
         }
         // A page ends at pageSize tools or before pageBytes, whichever comes first, but holds at
         // least one tool: a page of large tools could otherwise outgrow what the bus and the edge
@@ -533,58 +547,58 @@ export const make = Effect.gen(function*() {
         shown = view?.aggregate()
         // The tools are serialized once, to measure them, and joined as they are.
         const next = end < all.tools.length ? `,"nextCursor":${JSON.stringify(String(end))}` : ""
-        send(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
+        ex.reply(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
       }
 
-      const initialize = (request: JsonRpc.Request) => {
+      const initialize = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
         const params = isRecord(request.params) ? request.params : {}
         const asked = params["protocolVersion"]
         const version = Registry.ProtocolVersions.find((v) => v === asked) ?? Registry.ProtocolVersions[0]
         protocolVersion = version
         shown = view?.aggregate()
-        send(result(request.id, { protocolVersion: version, capabilities: CAPABILITIES, serverInfo: SERVER_INFO }))
+        ex.reply(result(request.id, { protocolVersion: version, capabilities: CAPABILITIES, serverInfo: SERVER_INFO }))
         return user === undefined ? undefined : remember(conn, { role: "hub", user, protocolVersion: version })
       }
 
-      const authenticate = (message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined) =>
+      const authenticate = (message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined, ex: HubTransport.Exchange) =>
         Effect.gen(function*() {
           const params = isRecord(message.params) ? message.params : {}
           const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
-          if (typeof token !== "string") return conn.close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
+          if (typeof token !== "string") return close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
           const claims = yield* Effect.either(auth.verify(token))
-          if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
+          if (Either.isLeft(claims)) return close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
           if (user !== undefined && claims.right.sub !== user) {
-            return conn.close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
+            return close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
           }
           if (view === undefined) {
             if (authTimer !== undefined) yield* Fiber.interrupt(authTimer)
             yield* attach(claims.right.sub)
             yield* remember(conn, { role: "hub", user: claims.right.sub })
           }
-          if (id !== undefined) send(result(id, {}))
+          if (id !== undefined) ex.reply(result(id, {}))
         })
 
-      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame): Effect.Effect<void> | void => {
-        if (frame.limited) return send(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
+      const onRequest = (request: JsonRpc.Request, frame: Actors.Frame, ex: HubTransport.Exchange): Effect.Effect<void> | void => {
+        if (frame.limited) return ex.reply(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
         switch (request.method) {
           case "initialize":
-            return initialize(request)
+            return initialize(request, ex)
           case "ping":
-            return send(result(request.id, {}))
+            return ex.reply(result(request.id, {}))
           case "authenticate":
-            return authenticate(request, request.id)
+            return authenticate(request, request.id, ex)
         }
         if (protocolVersion === undefined) {
-          return send(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
+          return ex.reply(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
         }
-        if (request.method === "tools/list") return toolsList(request)
-        if (request.method !== "tools/call") return send(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
-        if (!traced) return toolsCall(request, undefined)
+        if (request.method === "tools/list") return toolsList(request, ex)
+        if (request.method !== "tools/call") return ex.reply(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
+        if (!traced) return toolsCall(request, ex, undefined)
         // Not String(): an object with a "toString" field that is not a function makes it throw.
         const named = isRecord(request.params) ? request.params["name"] : undefined
         const name = typeof named === "string" ? named : ""
         return Effect.currentSpan.pipe(
-          Effect.map((span) => toolsCall(request, span)),
+          Effect.map((span) => toolsCall(request, ex, span)),
           // Tool names are many (per domain and tab): they go in attributes, not span names.
           Effect.withSpan("registry.call", {
             kind: "server",
@@ -602,6 +616,8 @@ export const make = Effect.gen(function*() {
         const call = calls.get(idKey(requestId))
         if (call === undefined) return
         done(call)
+        // A cancelled request gets no answer; its HTTP exchange ends without one.
+        call.exchange.end()
         if (call.phase === "sent" && call.mapped !== undefined && call.tab !== undefined) {
           const reason = typeof params["reason"] === "string" ? params["reason"] : "cancelled by the client"
           socketOf(call.tab).send(notification("notifications/cancelled", { requestId: call.mapped, reason }))
@@ -609,21 +625,28 @@ export const make = Effect.gen(function*() {
       }
 
       const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
+        if (transport.control(frame)) return
+        const ex = transport.exchange(frame)
+        if (!transport.admits(frame, user)) {
+          // The edge checks a session's owner before it forwards; this is the actor's own check.
+          return ex.reply(failure(null, ErrorCode.InvalidRequest, "Invalid Request: this session belongs to another user"))
+        }
         const decoded = JsonRpc.decodeFrame(frame.text)
         // The WebSocket transport: an invalid frame is a protocol error, and closes the session.
+        // Over HTTP, the request that carried it is answered, and the session carries on.
         if (Either.isLeft(decoded)) {
-          send(JsonRpc.encode(decoded.left))
-          return conn.close(CloseCode.ProtocolError, decoded.left.error.message)
+          ex.reply(JsonRpc.encode(decoded.left))
+          return transport.kind === "ws" ? close(CloseCode.ProtocolError, decoded.left.error.message) : undefined
         }
         const incoming = decoded.right
         if (incoming._tag === "Response") return // the hub asks clients nothing
         const message = incoming.message
         const id = incoming._tag === "Request" ? incoming.message.id : undefined
         if (view === undefined) {
-          if (message.method === "authenticate") return authenticate(message, id)
-          return conn.close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
+          if (message.method === "authenticate") return authenticate(message, id, ex)
+          return close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
         }
-        if (incoming._tag === "Request") return onRequest(incoming.message, frame)
+        if (incoming._tag === "Request") return onRequest(incoming.message, frame, ex)
         if (message.method === "notifications/cancelled") return cancelled(message.params)
         // notifications/initialized and anything else a client announces need no answer.
       }
@@ -633,7 +656,7 @@ export const make = Effect.gen(function*() {
         const now = view?.aggregate()
         if (protocolVersion !== undefined && shown !== undefined && now !== undefined && !sameList(shown, now)) {
           shown = now
-          send(LIST_CHANGED)
+          transport.push(LIST_CHANGED)
         }
         for (const call of [...calls.values()]) {
           if (call.phase === "opening") dispatch(call)
@@ -657,7 +680,7 @@ export const make = Effect.gen(function*() {
           const token = params["progressToken"]
           const call = typeof token === "string" ? byMapped.get(token) : undefined
           if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
-          return send(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
+          return call.exchange.notify(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
         }
         const cancelled = m["method"] === "notifications/cancelled"
         const mapped = cancelled ? params["requestId"] : m["id"]
@@ -667,9 +690,9 @@ export const make = Effect.gen(function*() {
         done(call)
         const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
         const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
-        if (call.span === undefined) return send(answer)
+        if (call.span === undefined) return call.exchange.reply(answer)
         return Effect.currentSpan.pipe(
-          Effect.map((span) => send(answer, span)),
+          Effect.map((span) => call.exchange.reply(answer, traceOf(span))),
           Effect.withSpan("registry.reply", {
             kind: "server",
             parent: call.span,
@@ -690,6 +713,7 @@ export const make = Effect.gen(function*() {
           for (const call of calls.values()) if (call.timer !== undefined) clearTimeout(call.timer)
           calls.clear()
           byMapped.clear()
+          transport.ended()
           return forget(conn)
         })
 

@@ -1,0 +1,155 @@
+/**
+ * How a `/hub` session's messages reach its client: one session logic, two transports. A
+ * WebSocket session sends everything down its socket. A Streamable HTTP session answers each
+ * request on the HTTP exchange it came in on (on whichever edge), and pushes session
+ * notifications to its current GET stream with event ids, keeping the last few for a stream that
+ * resumes with `Last-Event-ID`, on any edge.
+ */
+import { Actors, Subjects } from "@switchboard/bus"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+
+/** Where the answer to one request goes, and the notifications about it that precede the answer. */
+export interface Exchange {
+  /** The final answer; an HTTP exchange ends with it. */
+  readonly reply: (data: string, traceparent?: string) => void
+  /** A notification about the request (progress), before its answer. */
+  readonly notify: (data: string) => void
+  /** The request ends with no answer (it was cancelled). */
+  readonly end: () => void
+}
+
+export interface HubTransport {
+  /** WebSocket: a malformed message closes the session. HTTP: it is only answered. */
+  readonly kind: "ws" | "http"
+  /** Where the answers to this frame's request go. */
+  readonly exchange: (frame: Actors.Frame) => Exchange
+  /** Whether this frame may speak for the session (an HTTP request's own token must be the session user's). */
+  readonly admits: (frame: Actors.Frame, user: string | undefined) => boolean
+  /** Transport control rather than a client message (an HTTP GET stream opened or closed); true when handled. */
+  readonly control: (frame: Actors.Frame) => boolean
+  /** A notification of the session, not of a request (`list_changed`). */
+  readonly push: (data: string) => void
+  /** Ends the session. */
+  readonly close: (code: number, reason: string) => void
+  /** The session ended: an open GET stream ends with it. */
+  readonly ended: () => void
+}
+
+/** Everything down the socket. */
+export const webSocket = (conn: Actors.Connection): HubTransport => {
+  const exchange: Exchange = { reply: conn.send, notify: conn.send, end: () => {} }
+  return {
+    kind: "ws",
+    exchange: () => exchange,
+    admits: () => true,
+    control: () => false,
+    push: conn.send,
+    close: conn.close,
+    ended: () => {}
+  }
+}
+
+export interface HttpOptions {
+  /** Events kept for resumption, at most this many and this old. */
+  readonly replayEvents: number
+  readonly replayAge: Duration.DurationInput
+  /** The session ends after this long without a message from its client. */
+  readonly idle: Duration.DurationInput
+}
+
+interface Buffered {
+  readonly id: string
+  readonly at: number
+  readonly data: string
+}
+
+const noExchange: Exchange = { reply: () => {}, notify: () => {}, end: () => {} }
+
+/**
+ * A Streamable HTTP session. Its timers live in the actor's scope. Event ids are `<epoch>.<n>`:
+ * an actor adopted by another replica starts a new epoch, so an id from before can't be taken
+ * for one of its own.
+ */
+export const http = (
+  conn: Actors.Connection,
+  link: Effect.Effect.Success<typeof Actors.edgeLink>,
+  options: HttpOptions
+): Effect.Effect<HubTransport, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const epoch = Date.now().toString(36)
+    let seq = 0
+    const buffer: Array<Buffered> = []
+    const ageMillis = Duration.toMillis(options.replayAge)
+    let stream: { readonly edge: Subjects.EdgeId; readonly exchange: string; readonly out: Actors.HttpExchange } | undefined
+
+    const close = (code: number, reason: string) => conn.close(code, reason)
+    const idle = setTimeout(() => close(1000, "session idle"), Duration.toMillis(options.idle))
+    idle.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearTimeout(idle)))
+
+    const trim = (now: number) => {
+      let drop = Math.max(0, buffer.length - options.replayEvents)
+      while (drop < buffer.length && now - buffer[drop]!.at > ageMillis) drop++
+      if (drop > 0) buffer.splice(0, drop)
+    }
+
+    const endStream = () => {
+      stream?.out.send("", { end: true })
+      stream = undefined
+    }
+
+    const opened = (frame: Actors.Frame) => {
+      const edge = frame.edge
+      const exchange = frame.http
+      if (edge === undefined || exchange === undefined) return
+      // One stream gets the session's events: a newer one takes over, and the older one ends.
+      if (stream !== undefined && (stream.edge !== edge || stream.exchange !== exchange)) endStream()
+      const out = link.exchange(edge, conn.id, exchange)
+      stream = { edge, exchange, out }
+      const after = frame.lastEventId
+      if (after === undefined) return
+      trim(Date.now())
+      // An id this session no longer has (too old, or from before an adoption): all it kept is
+      // the best it can do, and a repeated list_changed costs the client one tools/list.
+      const from = buffer.findIndex((e) => e.id === after) + 1
+      for (const e of buffer.slice(from)) out.send(e.data, { eventId: e.id })
+    }
+
+    return {
+      kind: "http",
+      exchange: (frame) => {
+        idle.refresh()
+        const edge = frame.edge
+        const exchange = frame.http
+        if (edge === undefined || exchange === undefined) return noExchange
+        const out = link.exchange(edge, conn.id, exchange)
+        return {
+          reply: (data, traceparent) => out.send(data, traceparent === undefined ? { end: true } : { end: true, traceparent }),
+          notify: (data) => out.send(data),
+          end: () => out.send("", { end: true })
+        }
+      },
+      admits: (frame, user) => frame.user !== undefined && frame.user === user,
+      control: (frame) => {
+        const op = frame.httpOp
+        if (op === undefined) return false
+        idle.refresh()
+        if (op === "stream") opened(frame)
+        else if (op === "stream-closed" && stream !== undefined && stream.edge === frame.edge && stream.exchange === frame.http) stream = undefined
+        return true
+      },
+      push: (data) => {
+        const now = Date.now()
+        const id = `${epoch}.${++seq}`
+        if (options.replayEvents > 0) {
+          buffer.push({ id, at: now, data })
+          trim(now)
+        }
+        stream?.out.send(data, { eventId: id })
+      },
+      close,
+      ended: endStream
+    } satisfies HubTransport
+  })
