@@ -1,5 +1,7 @@
 /** Every setting of the edge, read once. Defaults never get in the way of normal or benchmark traffic. */
 import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Either from "effect/Either"
 
 export const port = Config.integer("PORT").pipe(
   Config.validate({ message: "PORT must be 0 (any free port) to 65535", validation: (p) => p >= 0 && p <= 65535 }),
@@ -13,8 +15,28 @@ export const allowedOrigins = Config.string("ALLOWED_ORIGINS").pipe(
   Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
 )
 export const maxPayload = Config.integer("EDGE_MAX_PAYLOAD").pipe(
-  Config.withDescription("Largest accepted frame in bytes; larger closes with 1009"),
+  Config.withDescription("Largest accepted frame in bytes on paths EDGE_MAX_PAYLOAD_PATHS does not name; larger closes with 1009"),
   Config.withDefault(1024 * 1024)
+)
+/**
+ * Browsers answer with page content (a full-page screenshot is 1.5 MiB and more), so the paths
+ * of browser peers take larger frames than the paths of MCP clients.
+ */
+export const maxPayloadByPath = Config.string("EDGE_MAX_PAYLOAD_PATHS").pipe(
+  Config.withDescription("Per-path frame limits in bytes, as path=bytes pairs separated by commas; other paths use EDGE_MAX_PAYLOAD"),
+  Config.withDefault("/extension=16777216,/tabs=16777216"),
+  Config.mapOrFail((text) => {
+    const limits = new Map<string, number>()
+    for (const pair of text.split(",").map((p) => p.trim()).filter((p) => p.length > 0)) {
+      const at = pair.lastIndexOf("=")
+      const bytes = Number(pair.slice(at + 1))
+      if (at <= 0 || !pair.startsWith("/") || !Number.isSafeInteger(bytes) || bytes <= 0) {
+        return Either.left(ConfigError.InvalidData(["EDGE_MAX_PAYLOAD_PATHS"], `expected /path=bytes pairs with bytes > 0, got ${JSON.stringify(pair)}`))
+      }
+      limits.set(pair.slice(0, at), bytes)
+    }
+    return Either.right(limits as ReadonlyMap<string, number>)
+  })
 )
 export const pingInterval = Config.duration("EDGE_PING_INTERVAL").pipe(
   Config.withDescription("Ping every socket this often; one without a pong by the next ping is terminated"),
@@ -67,4 +89,26 @@ export const headersTimeout = Config.duration("EDGE_HEADERS_TIMEOUT").pipe(
 export const requestTimeout = Config.duration("EDGE_REQUEST_TIMEOUT").pipe(
   Config.withDescription("How long a client has to send a whole HTTP request, body included; at least EDGE_HEADERS_TIMEOUT"),
   Config.withDefault("30 seconds")
+)
+export const httpMaxBody = Config.integer("EDGE_HTTP_MAX_BODY").pipe(
+  Config.validate({ message: "EDGE_HTTP_MAX_BODY must be more than 0", validation: (n) => n > 0 }),
+  Config.withDescription("Largest Streamable HTTP request body at /hub in bytes; larger gets 413"),
+  Config.withDefault(4 * 1024 * 1024)
+)
+export const httpKeepAlive = Config.duration("EDGE_HTTP_KEEPALIVE").pipe(
+  Config.withDescription("An SSE comment goes down every open Streamable HTTP stream this often, so proxies don't cut idle streams"),
+  Config.withDefault("15 seconds")
+)
+export const httpResponseTimeout = Config.duration("EDGE_HTTP_RESPONSE_TIMEOUT").pipe(
+  Config.withDescription("How long a Streamable HTTP request waits for its session's next message before it is answered 504 (or its SSE stream ends)"),
+  Config.withDefault("5 minutes")
+)
+export const httpSessionCache = Config.duration("EDGE_HTTP_SESSION_CACHE").pipe(
+  Config.withDescription("How long an edge trusts that a Streamable HTTP session it looked up in KV still exists, before it looks again"),
+  Config.withDefault("2 seconds")
+)
+export const publicUrl = Config.option(
+  Config.string("EDGE_PUBLIC_URL").pipe(
+    Config.withDescription("This edge's base URL as clients reach it (https://mcp.example.com), for OAuth metadata; from the Host header when unset")
+  )
 )

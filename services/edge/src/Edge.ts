@@ -28,6 +28,7 @@ import * as EdgeConfig from "./Config.ts"
 import { ConnectionLimit } from "./ConnectionLimit.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import { type HttpRouteTable, type Route, type RouteTable, standard, standardHttp } from "./Routes.ts"
+import * as StreamableHttp from "./StreamableHttp.ts"
 
 const CloseCode = EdgeProtocol.CloseCode
 
@@ -69,8 +70,12 @@ interface Socket {
   pending: Array<readonly [Buffer, boolean]>
   closedWith: readonly [number, string] | undefined
   alive: boolean
-  /** The code the edge closed with, when it closed first: what the metrics count. */
-  sentClose: number | undefined
+  /**
+   * The code and reason the edge (or ws, for a frame it refused) closed with, when it closed
+   * first: what the metrics count and the service is told, since the peer's own close may never
+   * come (a peer that stops reading is terminated, and shows up as 1006).
+   */
+  sentClose: readonly [number, string] | undefined
   /** Terminates a peer that does not answer the edge's close; cleared once the socket is closed. */
   closeTimer: ReturnType<typeof setTimeout> | undefined
 }
@@ -163,6 +168,7 @@ const make = (options: EdgeOptions) =>
       host: yield* EdgeConfig.host,
       origins: yield* EdgeConfig.allowedOrigins,
       maxPayload: yield* EdgeConfig.maxPayload,
+      maxPayloadByPath: yield* EdgeConfig.maxPayloadByPath,
       pingInterval: yield* EdgeConfig.pingInterval,
       hwm: yield* EdgeConfig.outboundHighWaterMark,
       rate: yield* EdgeConfig.rateLimit,
@@ -205,6 +211,12 @@ const make = (options: EdgeOptions) =>
         // Logging after shutdown has nowhere to go.
       }
     }
+
+    // Plain HTTP at the hub's path is Streamable HTTP: the same sessions, without a socket.
+    const hub = routes["/hub"]
+    const streamable = hub === undefined
+      ? undefined
+      : yield* StreamableHttp.make({ edgeId, path: "/hub", service: hub.service, origins: config.origins, openTimeout: config.openTimeout, runFork, logCaught })
 
     // --- outbound: what services send to this edge's sockets -------------------------------
 
@@ -270,6 +282,7 @@ const make = (options: EdgeOptions) =>
         if (one !== undefined) {
           const s = sockets.get(Subjects.ConnId(one))
           if (s) send(s, m.data)
+          else if (streamable !== undefined && m.header(Subjects.Header.http) !== undefined) streamable.deliver(m)
         } else {
           for (const id of (m.header(Subjects.Header.conns) ?? "").split(",")) {
             const s = sockets.get(Subjects.ConnId(id))
@@ -343,11 +356,11 @@ const make = (options: EdgeOptions) =>
       if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
       try {
         s.ws.close(code, fitCloseReason(reason))
-        s.sentClose = code
+        s.sentClose = [code, reason]
       } catch {
         // A code no close frame may carry (a service's bug: 1005, 999): the socket still closes.
         s.ws.close(CloseCode.InternalError, `invalid close code ${code}`)
-        s.sentClose = CloseCode.InternalError
+        s.sentClose = [CloseCode.InternalError, `invalid close code ${code}`]
       }
       // A peer that does not read will never see the close frame; don't wait on it for long.
       s.closeTimer = setTimeout(() => s.ws.terminate(), Duration.toMillis(config.grace))
@@ -362,9 +375,14 @@ const make = (options: EdgeOptions) =>
       if (s.closeTimer !== undefined) clearTimeout(s.closeTimer)
       // A close the edge began counts under the code it sent: a slow consumer it closed with 1013
       // and then terminated, for not reading the close frame either, is still a 1013, not a 1006.
-      metrics.closed(s.path, s.sentClose ?? code)
-      if (wasOpen) tellClosed(s, code, reason)
-      else s.closedWith = [code, reason]
+      const [why, because] = s.sentClose ?? [code, reason]
+      metrics.closed(s.path, why)
+      // Refusals and failures are what an operator looks for when a peer says it was cut off.
+      if (why === CloseCode.PolicyViolation || why === CloseCode.TooBig || why === CloseCode.InternalError) {
+        runFork(Effect.logInfo(`edge: closed ${s.path} socket with ${why}: ${because}`).pipe(Effect.annotateLogs(socketLog(s))))
+      }
+      if (wasOpen) tellClosed(s, why, because)
+      else s.closedWith = [why, because]
     }
 
     const startSession = (s: Socket, event: EdgeProtocol.OpenEvent, user: string | undefined) =>
@@ -397,20 +415,30 @@ const make = (options: EdgeOptions) =>
           })
         )
 
-    const wss = new WebSocketServer({
-      noServer: true,
-      maxPayload: config.maxPayload,
-      perMessageDeflate: false,
-      clientTracking: false,
-      handleProtocols: (offered, req) => {
-        const target = targetOf(req)
-        const route = target === undefined ? undefined : routes[target.pathname]
-        return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
+    /** The frame limit of a path, and one ws server per limit (ws takes `maxPayload` per server). */
+    const limitOf = (path: string) => config.maxPayloadByPath.get(path) ?? config.maxPayload
+    const servers = new Map<number, WebSocketServer>()
+    const serverFor = (limit: number) => {
+      let wss = servers.get(limit)
+      if (wss === undefined) {
+        wss = new WebSocketServer({
+          noServer: true,
+          maxPayload: limit,
+          perMessageDeflate: false,
+          clientTracking: false,
+          handleProtocols: (offered, req) => {
+            const target = targetOf(req)
+            const route = target === undefined ? undefined : routes[target.pathname]
+            return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
+          }
+        })
+        servers.set(limit, wss)
       }
-    })
+      return wss
+    }
 
     const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims | undefined) =>
-      wss.handleUpgrade(req, socket, head, (ws) => {
+      serverFor(limitOf(url.pathname)).handleUpgrade(req, socket, head, (ws) => {
         try {
           openSocket(req, socket, ws, url, route, claims)
         } catch (cause) {
@@ -467,8 +495,15 @@ const make = (options: EdgeOptions) =>
       ws.on("pong", () => {
         s.alive = true
       })
-      ws.on("error", () => {
-        // ws closes the socket itself (1002/1007/1009) and emits `close` after this.
+      ws.on("error", (e: Error & { readonly code?: string }) => {
+        // ws closes the socket itself (1002/1007/1009) and emits `close` after this; the close
+        // frame it sent says why, so the service and the log do too.
+        if (s.sentClose !== undefined) return
+        s.sentClose = e.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
+          ? [CloseCode.TooBig, `frame too large (over ${limitOf(s.path)} bytes)`]
+          : e.code === "WS_ERR_INVALID_UTF8"
+          ? [1007, "invalid UTF-8 in a text frame"]
+          : [CloseCode.ProtocolError, e.message]
       })
       const query: Record<string, string> = {}
       for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
@@ -650,6 +685,7 @@ const make = (options: EdgeOptions) =>
         if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
         const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
         if (routed !== undefined) return forwardHttp(req, url, routed[1], reply)
+        if (streamable?.serves(path) === true) return streamable.handle(req, res, url)
         if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
         reply(404, "not found\n")
       })

@@ -17,6 +17,7 @@ import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
@@ -70,6 +71,15 @@ const AUTH_REQUEST = JSON.stringify({ jsonrpc: "2.0", id: AUTH_REQUEST_ID, metho
 /** Ids of the requests the proxy itself sends to an extension; clients may never use them. */
 const PROXY_ID_PREFIX = "proxy:"
 const refused = (code: number, message: string): Proxy.InternalReply => ({ ok: false, code, message })
+/** Close codes whose reason tells a client why its extension went away. */
+const GIVEN_REASONS: ReadonlySet<number> = new Set([
+  CloseCode.ProtocolError,
+  CloseCode.Unsupported,
+  CloseCode.PolicyViolation,
+  CloseCode.TooBig,
+  CloseCode.InternalError,
+  CloseCode.TryAgainLater
+])
 /** The shape of the connection ids `connect` mints; anything else in a reply's id was never sent. */
 const CONNECTION_ID = /^conn-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** An id a peer sent, for a log line: quoted, and cut short, since it can be as long as a frame. */
@@ -120,6 +130,10 @@ export const make = Effect.gen(function*() {
   }
   const clientSeats = new UserQuota(config.maxClientsPerUser)
   const extensionSeats = new UserQuota(config.maxExtensionsPerUser)
+  // A budget outlives its user's clients by at most a minute, so users who come and go leave none.
+  yield* Effect.sync(() => {
+    for (const user of userBudgets.keys()) if (clientSeats.count(user) === 0) userBudgets.delete(user)
+  }).pipe(Effect.repeat(Schedule.spaced("1 minute")), Effect.forkScoped)
   /** The status keepalive, for as long as the connection's scope lives. */
   const keepalive = (scope: Scope.Scope, send: () => void) =>
     Effect.sync(send).pipe(Effect.delay(config.statusInterval), Effect.forever, Effect.forkIn(scope))
@@ -337,7 +351,13 @@ export const make = Effect.gen(function*() {
 
       const onClosed = (code: number, reason: string) =>
         Effect.gen(function*() {
-          const why = code === CloseCode.Normal && reason.startsWith("replaced") ? "Extension reconnected" : "Extension closed"
+          // A close the edge or the router made for a reason (a frame too large, a policy) says so,
+          // since the client otherwise only learns that its extension is gone.
+          const why = code === CloseCode.Normal && reason.startsWith("replaced")
+            ? "Extension reconnected"
+            : GIVEN_REASONS.has(code) && reason !== ""
+            ? `Extension closed: ${reason}`
+            : "Extension closed"
           const unanswered = [...internal.values()]
           internal.clear()
           yield* Effect.forEach(unanswered, (message) => answerInternal(message, refused(ErrorCode.ServerError, "Extension disconnected")), {
