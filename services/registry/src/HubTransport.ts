@@ -5,7 +5,7 @@
  * notifications to its current GET stream with event ids, keeping the last few for a stream that
  * resumes with `Last-Event-ID`, on any edge.
  */
-import { Actors, Subjects } from "@switchboard/bus"
+import type { Actors, Subjects } from "@switchboard/bus"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"

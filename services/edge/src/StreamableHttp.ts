@@ -1,0 +1,425 @@
+/**
+ * Streamable HTTP (MCP 2025-03-26 and later) at the hub's path: the same registry session a
+ * WebSocket `/hub` gets, over plain HTTP. The edge checks each request (Origin, token, headers,
+ * size), opens the session's actor on `initialize` as it opens a socket's, forwards each message
+ * over the bus, and holds the response until the actor's deliveries come back: JSON for a lone
+ * answer, SSE once a notification comes first. A session id is its actor's connection id, so any
+ * edge serves any session; only exchanges in flight live here.
+ */
+import { AuthClient } from "@switchboard/auth"
+import * as AuthConfig from "@switchboard/auth/Config"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
+import { type Auth, Edge as EdgeProtocol, Json, JsonRpc, Registry } from "@switchboard/protocol"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import type * as ConfigError from "effect/ConfigError"
+import type * as Scope from "effect/Scope"
+import { randomUUID } from "node:crypto"
+import type * as Http from "node:http"
+import * as EdgeConfig from "./Config.ts"
+
+export const METADATA_PATH = "/.well-known/oauth-protected-resource"
+
+export interface StreamableHttpShape {
+  /** Whether a plain HTTP request at this path is answered here. */
+  readonly serves: (path: string) => boolean
+  readonly handle: (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => void
+  /** A delivery to one of this edge's exchanges (it carries `sb-http`). */
+  readonly deliver: (m: Bus.BusMessage) => void
+}
+
+export interface StreamableHttpOptions {
+  readonly edgeId: Subjects.EdgeId
+  /** The hub's path and the service that hosts its sessions. */
+  readonly path: string
+  readonly service: Subjects.ServiceName
+  readonly origins: ReadonlyArray<string>
+  readonly openTimeout: Duration.DurationInput
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
+  readonly logCaught: (what: string, cause: unknown, about: Readonly<Record<string, string>>) => void
+}
+
+/** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
+interface Pending {
+  readonly kind: "post"
+  readonly res: Http.ServerResponse
+  readonly session: Subjects.ConnId
+  readonly id: JsonRpc.Id
+  readonly timer: ReturnType<typeof setTimeout>
+  sse: boolean
+}
+
+/** A GET stream: the session's own messages (`list_changed`), with event ids. */
+interface Stream {
+  readonly kind: "stream"
+  readonly res: Http.ServerResponse
+  readonly session: Subjects.ConnId
+}
+
+const encodeOpen = Schema.encodeSync(Schema.parseJson(EdgeProtocol.OpenEvent))
+const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.OpenReply))
+const SESSION = "mcp-session-id"
+const isVersion = (v: string): boolean => (Registry.HttpProtocolVersions as ReadonlyArray<string>).includes(v)
+
+/** Whether an Accept header admits `type` (exactly, as `major/*`, or as `*\/*`). */
+export const accepts = (accept: string | undefined, type: string): boolean => {
+  if (accept === undefined) return false
+  const major = `${type.slice(0, type.indexOf("/"))}/*`
+  return accept.split(",").some((part) => {
+    const essence = part.split(";")[0]!.trim().toLowerCase()
+    return essence === type || essence === major || essence === "*/*"
+  })
+}
+
+const essenceOf = (contentType: string | undefined) => (contentType ?? "").split(";")[0]!.trim().toLowerCase()
+
+/** One SSE event; a line break inside `data` would end the field, so each line gets its own. */
+const sseEvent = (data: string, id: string | undefined) =>
+  `${id === undefined ? "" : `id: ${id}\n`}data: ${data.includes("\n") ? data.split(/\r?\n/).join("\ndata: ") : data}\n\n`
+
+const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive" } as const
+
+const failureBody = (code: number, message: string, id: JsonRpc.Id | null = null) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
+
+export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHttpShape, Bus.BusError | ConfigError.ConfigError, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const bus = yield* Bus.Bus
+    const auth = yield* AuthClient.AuthClient
+    const connections = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+    const config = {
+      maxBody: yield* EdgeConfig.httpMaxBody,
+      keepAlive: yield* EdgeConfig.httpKeepAlive,
+      responseTimeout: Duration.toMillis(yield* EdgeConfig.httpResponseTimeout),
+      sessionCache: Duration.toMillis(yield* EdgeConfig.httpSessionCache),
+      publicUrl: yield* EdgeConfig.publicUrl,
+      issuer: yield* AuthConfig.issuer
+    }
+    const { edgeId, runFork } = options
+    const anyOrigin = options.origins.includes("*")
+    const exchanges = new Map<number, Pending | Stream>()
+    let nextExchange = 0
+    /** Sessions found in KV, with their user, trusted for a moment; and sessions deleted here, never trusted again. */
+    const known = new Map<Subjects.ConnId, { readonly user: string | undefined; readonly until: number }>()
+    const gone = new Map<Subjects.ConnId, number>()
+
+    // Idle SSE streams get a comment now and then, or a proxy in between may cut them.
+    const keepAlive = setInterval(() => {
+      const now = Date.now()
+      for (const ex of exchanges.values()) if (ex.kind === "stream" || ex.sse) ex.res.write(": keep-alive\n\n")
+      for (const [id, entry] of known) if (entry.until <= now) known.delete(id)
+      for (const [id, until] of gone) if (until <= now) gone.delete(id)
+    }, Duration.toMillis(config.keepAlive))
+    keepAlive.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(keepAlive)))
+
+    const baseUrl = (req: Http.IncomingMessage) =>
+      Option.getOrElse(config.publicUrl, () => `http://${req.headers.host ?? "localhost"}`).replace(/\/+$/, "")
+
+    const metadata = (req: Http.IncomingMessage) => ({
+      resource: `${baseUrl(req)}${options.path}`,
+      ...(Option.isSome(config.issuer) ? { authorization_servers: [config.issuer.value] } : {}),
+      bearer_methods_supported: ["header"]
+    })
+
+    /** Every answer of this module but a success: a JSON-RPC error body, as the SDK's own server sends. */
+    const fail = (res: Http.ServerResponse, status: number, code: number, message: string, headers: Readonly<Record<string, string>> = {}) => {
+      if (res.headersSent) return void res.destroy()
+      const body = failureBody(code, message)
+      res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) })
+      res.end(body)
+    }
+
+    const unauthorized = (req: Http.IncomingMessage, res: Http.ServerResponse, message: string, invalid: boolean) =>
+      fail(res, 401, JsonRpc.ErrorCode.ServerError, message, {
+        "www-authenticate": `Bearer${invalid ? ` error="invalid_token",` : ""} resource_metadata="${baseUrl(req)}${METADATA_PATH}"`
+      })
+
+    // --- sessions ----------------------------------------------------------------------------
+
+    /** Whether `raw` names a live session of `user`: a session of another user is as unknown as none. */
+    const sessionOf = (raw: string, user: string, then: (session: Subjects.ConnId | undefined) => void, unavailable: () => void) => {
+      if (!Subjects.isConnId(raw) || gone.has(raw)) return then(undefined)
+      const cached = known.get(raw)
+      if (cached !== undefined && cached.until > Date.now()) return then(cached.user === user ? raw : undefined)
+      runFork(
+        connections.get(Subjects.Key.connection(raw)).pipe(
+          Effect.match({
+            onFailure: unavailable,
+            onSuccess: (found) => {
+              const record = Option.getOrUndefined(found)?.value
+              if (record === undefined || record.service !== options.service || record.open.transport !== "http") return then(undefined)
+              const owner = record.open.claims?.sub
+              if (known.size > 100_000) known.clear()
+              known.set(raw, { user: owner, until: Date.now() + config.sessionCache })
+              then(owner === user ? raw : undefined)
+            }
+          })
+        )
+      )
+    }
+
+    const frameHeaders = (session: Subjects.ConnId, user: string, extra: Readonly<Record<string, string>>): Bus.Headers => ({
+      [Subjects.Header.op]: "frame",
+      [Subjects.Header.conn]: session,
+      [Subjects.Header.edge]: edgeId,
+      [Subjects.Header.user]: user,
+      ...extra
+    })
+
+    /** Hands one message to the session's actor; a request's response waits in `exchanges` for the answer. */
+    const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
+      if (id === undefined) {
+        bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, {}))
+        res.writeHead(202).end()
+        return
+      }
+      const n = ++nextExchange
+      const timer = setTimeout(() => timedOut(n), config.responseTimeout)
+      const pending: Pending = { kind: "post", res, session, id, timer, sse: false }
+      exchanges.set(n, pending)
+      // The client went away; its answer, when it comes, has nowhere to go. (Not a cancellation: the spec says so.)
+      res.once("close", () => {
+        if (exchanges.get(n) === pending) exchanges.delete(n)
+        clearTimeout(timer)
+      })
+      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { [Subjects.Header.http]: String(n) }))
+    }
+
+    const timedOut = (n: number) => {
+      const ex = exchanges.get(n)
+      if (ex === undefined || ex.kind !== "post") return
+      exchanges.delete(n)
+      if (ex.sse) return void ex.res.end()
+      const body = failureBody(JsonRpc.ErrorCode.InternalError, "the session did not answer in time", ex.id)
+      ex.res.writeHead(504, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
+    }
+
+    /** `initialize` without a session: the session's actor is opened as a socket's is, then takes the request. */
+    const open = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims, body: Buffer, id: JsonRpc.Id) => {
+      const session = Subjects.ConnId(randomUUID())
+      const origin = req.headers.origin
+      const event: EdgeProtocol.OpenEvent = {
+        path: options.path,
+        query: {},
+        openedAt: Date.now(),
+        ...(origin === undefined ? {} : { origin }),
+        claims,
+        transport: "http"
+      }
+      runFork(
+        bus.request(Subjects.open(options.service), encodeOpen(event), {
+          timeout: options.openTimeout,
+          headers: {
+            [Subjects.Header.op]: "open",
+            [Subjects.Header.conn]: session,
+            [Subjects.Header.edge]: edgeId,
+            [Subjects.Header.user]: claims.sub
+          }
+        }).pipe(
+          Effect.flatMap((m) => decodeOpenReply(Bus.text(m))),
+          Effect.match({
+            onFailure: (e) =>
+              e._tag === "NoResponders" || e._tag === "RequestTimeout"
+                ? fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
+                : fail(res, 500, JsonRpc.ErrorCode.InternalError, "could not start the session"),
+            onSuccess: (reply) => {
+              if (!reply.ok) return fail(res, 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${reply.reason}`)
+              known.set(session, { user: claims.sub, until: Date.now() + config.sessionCache })
+              if (!res.destroyed) forward(res, session, claims.sub, body, id)
+            }
+          })
+        )
+      )
+    }
+
+    // --- methods -----------------------------------------------------------------------------
+
+    const post = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
+      if (!accepts(req.headers.accept, "application/json") || !accepts(req.headers.accept, "text/event-stream")) {
+        return fail(res, 406, JsonRpc.ErrorCode.ServerError, "Not Acceptable: a POST must accept both application/json and text/event-stream")
+      }
+      if (essenceOf(req.headers["content-type"]) !== "application/json") {
+        return fail(res, 415, JsonRpc.ErrorCode.ServerError, "Unsupported Media Type: the body must be application/json")
+      }
+      const tooLarge = () =>
+        fail(res, 413, JsonRpc.ErrorCode.ServerError, `Payload Too Large: a message may have at most ${config.maxBody} bytes`, { connection: "close" })
+      const declared = Number(req.headers["content-length"] ?? 0)
+      if (declared > config.maxBody) return tooLarge()
+      const chunks: Array<Buffer> = []
+      let size = 0
+      let over = false
+      req.on("data", (chunk: Buffer) => {
+        if (over) return
+        size += chunk.byteLength
+        if (size > config.maxBody) {
+          over = true
+          chunks.length = 0
+          tooLarge()
+        } else chunks.push(chunk)
+      })
+      req.on("end", () => {
+        if (over) return
+        try {
+          received(req, res, claims, Buffer.concat(chunks))
+        } catch (cause) {
+          options.logCaught("edge: a Streamable HTTP request failed", cause, { method: "POST", url: req.url ?? "" })
+          fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
+        }
+      })
+    }
+
+    const received = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims, body: Buffer) => {
+      const parsed = Json.parse(body.toString("utf8"))
+      if (Either.isLeft(parsed)) return fail(res, 400, JsonRpc.ErrorCode.ParseError, `Parse error: ${parsed.left}`)
+      const message = parsed.right
+      if (Array.isArray(message)) return fail(res, 400, JsonRpc.ErrorCode.InvalidRequest, "Invalid Request: batches are not supported; send one message per POST")
+      if (!JsonRpc.isRecord(message)) return fail(res, 400, JsonRpc.ErrorCode.InvalidRequest, "Invalid Request: expected a JSON-RPC message object")
+      const rawId = message["id"]
+      // Requests wait for their answer; notifications and responses are accepted at once.
+      const id = typeof message["method"] === "string" && (typeof rawId === "string" || typeof rawId === "number") ? rawId : undefined
+      const header = req.headers[SESSION]
+      if (typeof header !== "string") {
+        if (id !== undefined && message["method"] === "initialize") return open(req, res, claims, body, id)
+        return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required (send initialize first)")
+      }
+      sessionOf(header, claims.sub, (session) => {
+        if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
+        if (!res.destroyed) forward(res, session, claims.sub, body, id)
+      }, () => fail(res, 503, JsonRpc.ErrorCode.ServerError, "session store unavailable"))
+    }
+
+    const get = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
+      if (!accepts(req.headers.accept, "text/event-stream")) {
+        return fail(res, 406, JsonRpc.ErrorCode.ServerError, "Not Acceptable: a GET must accept text/event-stream")
+      }
+      const header = req.headers[SESSION]
+      if (typeof header !== "string") return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required")
+      const lastEventId = req.headers["last-event-id"]
+      sessionOf(header, claims.sub, (session) => {
+        if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
+        if (res.destroyed) return
+        const n = ++nextExchange
+        const stream: Stream = { kind: "stream", res, session }
+        exchanges.set(n, stream)
+        res.writeHead(200, { ...SSE_HEADERS, [SESSION]: session })
+        res.flushHeaders()
+        const subject = Subjects.conn(options.service, session)
+        const control = (op: string, extra: Readonly<Record<string, string>> = {}) =>
+          frameHeaders(session, claims.sub, { [Subjects.Header.http]: String(n), [Subjects.Header.httpOp]: op, ...extra })
+        res.once("close", () => {
+          if (exchanges.get(n) !== stream) return
+          exchanges.delete(n)
+          bus.unsafePublish(subject, "", control("stream-closed"))
+        })
+        bus.unsafePublish(subject, "", control("stream", typeof lastEventId === "string" ? { [Subjects.Header.lastEventId]: lastEventId } : {}))
+      }, () => fail(res, 503, JsonRpc.ErrorCode.ServerError, "session store unavailable"))
+    }
+
+    const del = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
+      const header = req.headers[SESSION]
+      if (typeof header !== "string") return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required")
+      sessionOf(header, claims.sub, (session) => {
+        if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
+        // As a socket's close: the actor ends, and Actors.host removes its record.
+        bus.unsafePublish(Subjects.conn(options.service, session), "", {
+          [Subjects.Header.op]: "closed",
+          [Subjects.Header.conn]: session,
+          [Subjects.Header.edge]: edgeId,
+          [Subjects.Header.code]: String(EdgeProtocol.CloseCode.Normal),
+          [Subjects.Header.reason]: "session deleted by the client"
+        })
+        known.delete(session)
+        gone.set(session, Date.now() + 10 * 60_000)
+        res.writeHead(204).end()
+      }, () => fail(res, 503, JsonRpc.ErrorCode.ServerError, "session store unavailable"))
+    }
+
+    const handle = (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => {
+      if (url.pathname === METADATA_PATH) {
+        if (req.method !== "GET") return fail(res, 405, JsonRpc.ErrorCode.ServerError, "Method Not Allowed", { allow: "GET" })
+        const body = JSON.stringify(metadata(req))
+        return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
+      }
+      const origin = req.headers.origin
+      // DNS rebinding: a page may not reach a local server's sessions from a foreign origin.
+      if (!anyOrigin && origin !== undefined && !options.origins.includes(origin)) {
+        return fail(res, 403, JsonRpc.ErrorCode.ServerError, `Forbidden: origin ${origin} is not allowed`)
+      }
+      const method = req.method
+      if (method !== "POST" && method !== "GET" && method !== "DELETE") {
+        return fail(res, 405, JsonRpc.ErrorCode.ServerError, "Method Not Allowed", { allow: "GET, POST, DELETE" })
+      }
+      const version = req.headers["mcp-protocol-version"]
+      if (typeof version === "string" && !isVersion(version)) {
+        return fail(res, 400, JsonRpc.ErrorCode.ServerError, `Bad Request: unsupported MCP-Protocol-Version ${version} (supported: ${Registry.HttpProtocolVersions.join(", ")})`)
+      }
+      const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization?.trim() ?? "")
+      const token = m?.[1]
+      if (token === undefined) return unauthorized(req, res, "Unauthorized: a bearer token is required (Authorization header)", false)
+      runFork(
+        auth.verify(token).pipe(
+          Effect.match({
+            onFailure: (e) =>
+              e._tag === "AuthFailed"
+                ? unauthorized(req, res, `Unauthorized: invalid token: ${e.reason}`, true)
+                : fail(res, 503, JsonRpc.ErrorCode.ServerError, e.reason),
+            onSuccess: (claims) => {
+              if (res.destroyed) return
+              try {
+                if (method === "POST") post(req, res, claims)
+                else if (method === "GET") get(req, res, claims)
+                else del(req, res, claims)
+              } catch (cause) {
+                options.logCaught("edge: a Streamable HTTP request failed", cause, { method, url: req.url ?? "" })
+                fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
+              }
+            }
+          })
+        )
+      )
+    }
+
+    const deliver = (m: Bus.BusMessage) => {
+      const n = Number(m.header(Subjects.Header.http))
+      const ex = exchanges.get(n)
+      if (ex === undefined) return
+      const end = m.header(Subjects.Header.httpEnd) === "1"
+      const data = m.data
+      if (ex.kind === "stream") {
+        if (data.byteLength > 0) ex.res.write(sseEvent(Bus.text(m), m.header(Subjects.Header.eventId)))
+        if (end) {
+          exchanges.delete(n)
+          ex.res.end()
+        }
+        return
+      }
+      ex.timer.refresh()
+      if (!ex.sse) {
+        if (end) {
+          exchanges.delete(n)
+          clearTimeout(ex.timer)
+          // A request cancelled by the client ends with nothing to say.
+          if (data.byteLength === 0) return void ex.res.writeHead(202).end()
+          return void ex.res.writeHead(200, { "content-type": "application/json", "content-length": data.byteLength, [SESSION]: ex.session }).end(data)
+        }
+        // A notification before the answer: the response becomes a stream (the POST accepted one).
+        ex.sse = true
+        ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
+      }
+      if (data.byteLength > 0) ex.res.write(sseEvent(Bus.text(m), undefined))
+      if (end) {
+        exchanges.delete(n)
+        clearTimeout(ex.timer)
+        ex.res.end()
+      }
+    }
+
+    return {
+      serves: (path) => path === options.path || path === METADATA_PATH,
+      handle,
+      deliver
+    } satisfies StreamableHttpShape
+  })

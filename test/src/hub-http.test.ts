@@ -1,0 +1,324 @@
+/**
+ * `/hub` over Streamable HTTP: the same registry session the WebSocket `/hub` gets, driven by the
+ * official SDK's unmodified `StreamableHTTPClientTransport` (and by plain fetch where a test needs
+ * a header or a status the SDK hides). Any edge serves any session, SSE streams resume with
+ * Last-Event-ID on another edge, and every refusal the spec names gets its status.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
+import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
+import { describe, expect, it } from "@effect/vitest"
+import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
+import { Router } from "@switchboard/router"
+import { NatsServer } from "@switchboard/testing"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
+import * as z from "zod"
+import { busLayer, namespace, stack, token } from "./support/Stack.ts"
+import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+
+const services = Layer.mergeAll(Router.layer, Registry.layer)
+const urlOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url
+/** One edge with the router and the registry, embedded bus; its base URL. */
+const start = (env: Record<string, string> = {}) => Effect.map(Layer.build(stack(busLayer(), { services, env })), urlOf)
+
+const INIT = { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } }
+const BOTH = "application/json, text/event-stream"
+
+/** The SDK's client over Streamable HTTP at `<base>/hub` as `user`; `fetch` may pick the edge per request. */
+const httpHub = (base: string, user: string, fetchFn?: typeof fetch) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const t = yield* token({ sub: user })
+      const client = new Client({ name: "test-http-client", version: "0.0.0" })
+      const changes = yield* Queue.unbounded<number>()
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => void Queue.unsafeOffer(changes, Date.now()))
+      const transport = new StreamableHTTPClientTransport(new URL(`${base}/hub`), {
+        requestInit: { headers: { Authorization: `Bearer ${t}` } },
+        ...(fetchFn === undefined ? {} : { fetch: fetchFn })
+      })
+      yield* Effect.promise(() => client.connect(transport))
+      return { client, changes, transport, token: t }
+    }),
+    ({ client }) => Effect.promise(() => client.close())
+  )
+
+/** A plain fetch to `<base>/hub`. */
+const raw = (base: string, init: RequestInit & { readonly headers?: Record<string, string> }, path = "/hub") =>
+  Effect.promise(async () => {
+    const res = await fetch(`${base}${path}`, init)
+    const text = await res.text()
+    return { status: res.status, headers: res.headers, text, json: (): unknown => JSON.parse(text) }
+  })
+
+/** `initialize` by plain POST; the session id. */
+const initialize = (base: string, t: string) =>
+  Effect.gen(function*() {
+    const r = yield* raw(base, { method: "POST", headers: { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json" }, body: JSON.stringify(INIT) })
+    expect(r.status).toBe(200)
+    const session = r.headers.get("mcp-session-id")
+    if (session === null) return yield* Effect.dieMessage("initialize returned no Mcp-Session-Id")
+    return session
+  })
+
+/** SSE events of a GET stream opened with plain fetch, into a queue; the stream ends with the scope. */
+const sseStream = (base: string, t: string, session: string, lastEventId?: string) =>
+  Effect.gen(function*() {
+    const events = yield* Queue.unbounded<{ readonly id: string | undefined; readonly data: string }>()
+    const ended = yield* Deferred.make<void>()
+    const abort = new AbortController()
+    yield* Effect.addFinalizer(() => Effect.sync(() => abort.abort()))
+    const res = yield* Effect.promise(() =>
+      fetch(`${base}/hub`, {
+        method: "GET",
+        signal: abort.signal,
+        headers: { authorization: `Bearer ${t}`, accept: "text/event-stream", "mcp-session-id": session, ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId }) }
+      })
+    )
+    expect(res.status).toBe(200)
+    expect(res.headers.get("content-type")).toBe("text/event-stream")
+    const body = res.body
+    if (body === null) return yield* Effect.dieMessage("no body")
+    void (async () => {
+      const decoder = new TextDecoder()
+      let buffered = ""
+      const reader = body.getReader()
+      try {
+        for (;;) {
+          const { done, value } = await reader.read()
+          if (done) break
+          buffered += decoder.decode(value, { stream: true })
+          let at: number
+          while ((at = buffered.indexOf("\n\n")) >= 0) {
+            const block = buffered.slice(0, at)
+            buffered = buffered.slice(at + 2)
+            let id: string | undefined
+            const data: Array<string> = []
+            for (const line of block.split("\n")) {
+              if (line.startsWith("id: ")) id = line.slice(4)
+              else if (line.startsWith("data: ")) data.push(line.slice(6))
+            }
+            if (data.length > 0) Queue.unsafeOffer(events, { id, data: data.join("\n") })
+          }
+        }
+      } catch {
+        // aborted or cut
+      }
+      Deferred.unsafeDone(ended, Exit.void)
+    })()
+    const next = Queue.take(events).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("no SSE event within 10 s") }), Effect.orDie)
+    return { next, ended: Deferred.await(ended) }
+  })
+
+describe("/hub over Streamable HTTP", () => {
+  it.scopedLive("the SDK client lists and calls a tab's tool through /hub (embedded bus)", () =>
+    Effect.gen(function*() {
+      const base = yield* start()
+      yield* tab(base.replace("http", "ws"), page("shop", ["getCart", "addItem"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+      const { client, transport } = yield* httpHub(base, "alice")
+      expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/)
+      expect(client.getServerCapabilities()?.tools).toEqual({ listChanged: true })
+      const tools = yield* toolsUntil(client, (n) => n.length === 2)
+      expect(tools.map((t) => t.name).sort()).toEqual(["website_tool_shop_example_com_tab1_addItem", "website_tool_shop_example_com_tab1_getCart"])
+      const result = yield* Effect.promise(() => client.callTool({ name: "website_tool_shop_example_com_tab1_getCart", arguments: { text: "now" } }))
+      expect(textOf(result)).toBe("shop:getCart:now")
+    }))
+
+  it.scopedLive("DELETE ends the session, and its id is unknown from then on", () =>
+    Effect.gen(function*() {
+      const base = yield* start()
+      const t = yield* token({ sub: "alice" })
+      const session = yield* initialize(base, t)
+      const headers = { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json", "mcp-session-id": session }
+      const ping = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" })
+      const before = yield* raw(base, { method: "POST", headers, body: ping })
+      expect(before.status).toBe(200)
+      expect(before.json()).toEqual({ jsonrpc: "2.0", id: 2, result: {} })
+      const deleted = yield* raw(base, { method: "DELETE", headers: { authorization: `Bearer ${t}`, "mcp-session-id": session } })
+      expect([200, 204]).toContain(deleted.status)
+      expect((yield* raw(base, { method: "POST", headers, body: ping })).status).toBe(404)
+    }))
+
+  it.scopedLive("every refusal has the spec's status", () =>
+    Effect.gen(function*() {
+      const base = yield* start({ ALLOWED_ORIGINS: "https://app.example.com", EDGE_HTTP_MAX_BODY: "1024" })
+      const t = yield* token({ sub: "alice" })
+      const auth = { authorization: `Bearer ${t}` }
+      const post = (headers: Record<string, string>, body: string) => raw(base, { method: "POST", headers, body })
+      const json = { ...auth, accept: BOTH, "content-type": "application/json" }
+      const session = yield* initialize(base, t)
+
+      // 400: no session id on a request other than initialize; an unsupported protocol version; invalid JSON.
+      expect((yield* post(json, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }))).status).toBe(400)
+      expect((yield* post({ ...json, "mcp-session-id": session, "mcp-protocol-version": "1999-01-01" }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }))).status).toBe(400)
+      const bad = yield* post({ ...json, "mcp-session-id": session }, "{not json")
+      expect(bad.status).toBe(400)
+      expect(bad.json()).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32700 } })
+      // A version the spec lists is fine, and so is none (taken as 2025-03-26).
+      expect((yield* post({ ...json, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25" }, JSON.stringify({ jsonrpc: "2.0", id: 3, method: "ping" }))).status).toBe(200)
+
+      // 401, with where to find the authorization server.
+      const anonymous = yield* post({ accept: BOTH, "content-type": "application/json" }, JSON.stringify(INIT))
+      expect(anonymous.status).toBe(401)
+      const host = new URL(base).host
+      expect(anonymous.headers.get("www-authenticate")).toBe(`Bearer resource_metadata="http://${host}/.well-known/oauth-protected-resource"`)
+      const forged = yield* post({ ...json, authorization: "Bearer not-a-token" }, JSON.stringify(INIT))
+      expect(forged.status).toBe(401)
+      expect(forged.headers.get("www-authenticate")).toContain(`resource_metadata="http://${host}/.well-known/oauth-protected-resource"`)
+
+      // 403: a foreign page; an allowed one gets through.
+      expect((yield* post({ ...json, origin: "https://evil.example.net" }, JSON.stringify(INIT))).status).toBe(403)
+      expect((yield* post({ ...json, origin: "https://app.example.com" }, JSON.stringify(INIT))).status).toBe(200)
+
+      // 404: a session nobody opened, and another user's, which looks no different.
+      const unknown = "00000000-0000-4000-8000-000000000000"
+      expect((yield* post({ ...json, "mcp-session-id": unknown }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }))).status).toBe(404)
+      const bob = yield* token({ sub: "bob" })
+      expect((yield* post({ ...json, authorization: `Bearer ${bob}`, "mcp-session-id": session }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }))).status).toBe(404)
+      expect((yield* raw(base, { method: "GET", headers: { authorization: `Bearer ${bob}`, accept: "text/event-stream", "mcp-session-id": session } })).status).toBe(404)
+
+      // 405, naming what is allowed.
+      const put = yield* raw(base, { method: "PUT", headers: json, body: "{}" })
+      expect(put.status).toBe(405)
+      expect(put.headers.get("allow")).toBe("GET, POST, DELETE")
+
+      // 406: a POST must accept JSON and SSE; a GET must accept SSE.
+      expect((yield* post({ ...json, accept: "application/json" }, JSON.stringify(INIT))).status).toBe(406)
+      expect((yield* raw(base, { method: "GET", headers: { ...auth, accept: "application/json", "mcp-session-id": session } })).status).toBe(406)
+
+      // 413 and 415.
+      const big = yield* post({ ...json, "mcp-session-id": session }, JSON.stringify({ jsonrpc: "2.0", id: 4, method: "ping", params: { pad: "x".repeat(2048) } }))
+      expect(big.status).toBe(413)
+      expect(big.text).toContain("1024 bytes")
+      expect((yield* post({ ...json, "content-type": "text/plain" }, JSON.stringify(INIT))).status).toBe(415)
+
+      // The protected resource metadata (RFC 9728), without an issuer configured.
+      const meta = yield* raw(base, { method: "GET" }, "/.well-known/oauth-protected-resource")
+      expect(meta.status).toBe(200)
+      expect(meta.json()).toEqual({ resource: `http://${host}/hub`, bearer_methods_supported: ["header"] })
+    }))
+
+  it.scopedLive("the protected resource metadata names SWITCHBOARD_JWT_ISSUER and EDGE_PUBLIC_URL when they are set", () =>
+    Effect.gen(function*() {
+      const base = yield* start({ SWITCHBOARD_JWT_ISSUER: "https://issuer.example.com", EDGE_PUBLIC_URL: "https://mcp.example.com/" })
+      const meta = yield* raw(base, { method: "GET" }, "/.well-known/oauth-protected-resource")
+      expect(meta.json()).toEqual({
+        resource: "https://mcp.example.com/hub",
+        authorization_servers: ["https://issuer.example.com"],
+        bearer_methods_supported: ["header"]
+      })
+      const anonymous = yield* raw(base, { method: "POST", headers: { accept: BOTH, "content-type": "application/json" }, body: JSON.stringify(INIT) })
+      expect(anonymous.headers.get("www-authenticate")).toBe(`Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource"`)
+    }))
+
+  it.scopedLive("progress arrives over SSE before the result, and list_changed on the GET stream", () =>
+    Effect.gen(function*() {
+      const base = yield* start()
+      const ws = base.replace("http", "ws")
+      const server = new McpServer({ name: "long", version: "1.0.0" })
+      server.registerTool("long", { inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
+        for (let i = 1; i <= steps; i++) {
+          const progressToken = extra._meta?.progressToken
+          if (progressToken !== undefined) {
+            await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, total: steps } })
+          }
+          // Progress sent in the same instant as the result could reach the SDK client after it.
+          await new Promise((resolve) => setTimeout(resolve, 20))
+        }
+        return { content: [{ type: "text", text: `done ${steps}` }] }
+      })
+      yield* tab(ws, server, { user: "alice", tabId: 1, url: "https://work.example.com/" })
+      const { changes, client } = yield* httpHub(base, "alice")
+      yield* toolsUntil(client, (n) => n.length === 1)
+      const progress: Array<number> = []
+      const done = yield* Effect.promise(() =>
+        client.callTool({ name: "website_tool_work_example_com_tab1_long", arguments: { steps: 2 } }, undefined, { onprogress: (p) => void progress.push(p.progress) })
+      )
+      expect(textOf(done)).toBe("done 2")
+      expect(progress).toEqual([1, 2])
+
+      // The SDK opened its GET stream after initialize; list_changed arrives there, unasked.
+      yield* tab(ws, page("docs", ["search"]), { user: "alice", tabId: 9, url: "https://docs.example.org/" })
+      yield* Queue.take(changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      yield* toolsUntil(client, (n) => n.length === 2)
+    }))
+})
+
+describe("/hub over Streamable HTTP across edges (NATS)", () => {
+  /** Edge A with the registry and router, and edge B alone, in a scope of its own so a test can kill it. */
+  const twoEdges = Effect.gen(function*() {
+    const { url } = yield* NatsServer
+    const ns = namespace()
+    const a = urlOf(yield* Layer.build(stack(busLayer([url], ns), { services })))
+    const scopeB = yield* Scope.make()
+    const b = urlOf(yield* Layer.buildWithScope(stack(busLayer([url], ns)), scopeB))
+    yield* Effect.addFinalizer(() => Scope.close(scopeB, Exit.void))
+    return { a, b, killB: Scope.close(scopeB, Exit.void), url, ns }
+  })
+
+  it.scopedLive("initialize on edge A, every later request on edge B", () =>
+    Effect.gen(function*() {
+      const { a, b } = yield* twoEdges
+      yield* tab(a.replace("http", "ws"), page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+      const seen: Array<string> = []
+      let first = true
+      // The session starts on A; everything after goes to B, as a load balancer without stickiness may do.
+      const split: typeof fetch = (input, init) => {
+        const target = new URL(input instanceof Request ? input.url : input.toString())
+        const edge = new URL(first ? a : b)
+        first = false
+        target.host = edge.host
+        seen.push(`${init?.method ?? "GET"} ${target.host}`)
+        return fetch(target, init)
+      }
+      const { client } = yield* httpHub(a, "alice", split)
+      yield* toolsUntil(client, (n) => n.length === 1)
+      expect(textOf(yield* Effect.promise(() => client.callTool({ name: "website_tool_shop_example_com_tab1_getCart", arguments: { text: "b" } })))).toBe("shop:getCart:b")
+      expect(seen[0]).toBe(`POST ${new URL(a).host}`)
+      expect(seen.slice(1).every((s) => s.endsWith(new URL(b).host))).toBe(true)
+    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+
+  it.scopedLive("a GET stream resumed with Last-Event-ID on edge A after edge B died replays what was pushed meanwhile", () =>
+    Effect.gen(function*() {
+      const { a, b, killB } = yield* twoEdges
+      const ws = a.replace("http", "ws")
+      const t = yield* token({ sub: "alice" })
+      const session = yield* initialize(a, t)
+      const headers = { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json", "mcp-session-id": session }
+      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).status).toBe(202)
+      // The list as the session saw it: empty.
+      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }) })).json()).toMatchObject({ result: { tools: [] } })
+
+      const onB = yield* sseStream(b, t, session)
+      yield* tab(ws, page("one", ["first"]), { user: "alice", tabId: 1, url: "https://one.example.com/" })
+      const firstEvent = yield* onB.next
+      expect(JSON.parse(firstEvent.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
+      expect(firstEvent.id).toBeDefined()
+
+      yield* killB
+      yield* onB.ended
+      // A WebSocket session of the same user on the same replica hears the next change when ours does.
+      const observer = yield* hub(ws, "alice")
+      const heard = observer.changes.length
+      yield* tab(ws, page("two", ["second"]), { user: "alice", tabId: 2, url: "https://two.example.com/" })
+      yield* Effect.suspend(() => (observer.changes.length > heard ? Effect.void : Effect.fail("not yet"))).pipe(
+        Effect.retry(Schedule.spaced("10 millis")),
+        Effect.timeout("10 seconds"),
+        Effect.orDie
+      )
+      // Our session's mailbox took its wake before this ping: once answered, the change was pushed, to no stream.
+      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 4, method: "ping" }) })).status).toBe(200)
+      const resumed = yield* sseStream(a, t, session, firstEvent.id)
+      const replayed = yield* resumed.next
+      expect(JSON.parse(replayed.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
+      expect(replayed.id).not.toBe(firstEvent.id)
+    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+})
