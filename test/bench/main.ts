@@ -3,13 +3,15 @@
  * RSS and CPU per message), each suite measured against its baselines in the same run.
  * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension),
  * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate),
- * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab).
+ * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab),
+ * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub).
  * NATS comes from the same testcontainer the tests use.
  */
 import * as Effect from "effect/Effect"
 import type { WebSocket } from "ws"
 import { measure, paired, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
+import { hubHttpSuite } from "./hubHttp.ts"
 import { registrySuite } from "./registry.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
 import { report } from "./report.ts"
@@ -163,7 +165,7 @@ const proxySuite = Effect.scoped(Effect.gen(function*() {
 
 // --- entry ---------------------------------------------------------------------------------
 
-const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite, registry: registrySuite }
+const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite, registry: registrySuite, "hub-http": hubHttpSuite }
 
 const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites))

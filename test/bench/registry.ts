@@ -25,7 +25,7 @@ const tools = (prefix: string) =>
   Array.from({ length: TOOLS }, (_, i) => ({ name: `${prefix}${i}`, description: `bench tool ${i}`, inputSchema: { type: "object" } }))
 
 /** A tab that answers every `browser/executeTool` at once with an empty result. */
-const benchTab = async (url: string, tabId: number, domain: string, prefix: string) => {
+export const benchTab = async (url: string, tabId: number, domain: string, prefix: string) => {
   const ws = await open(url)
   const send = batchedSender(ws)
   ws.on("message", (data: Buffer) => {
@@ -113,10 +113,10 @@ const registration = (name: string, tabsUrl: string, hubUrl: string) =>
   })
 
 const CALL = Buffer.from(`"method"`)
-const TOOL = "website_tool_calls_bench_example_com_tab1_echo0"
+export const TOOL = "website_tool_calls_bench_example_com_tab1_echo0"
 
 /** `tools/call` round trips through `/hub` to one tab: what a load client sends, and what it counts. */
-const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
+export const hubLoad = (hubUrl: string, onError: () => void): Target["load"] => ({
   url: hubUrl,
   setup: async (ws) => {
     await new Promise<void>((resolve) => {

@@ -1,0 +1,118 @@
+/**
+ * The hub-http suite: one `tools/call` round trip through `/hub` over Streamable HTTP (a POST
+ * answered as JSON, on keep-alive connections) against the same round trip over the WebSocket
+ * `/hub`, in the same all-in-one process, at 1×1 and 50×10. Targets: the 1×1 p50 within 1.5× the
+ * WebSocket's, and the 50×10 throughput at least half of it.
+ */
+import * as Effect from "effect/Effect"
+import * as Http from "node:http"
+import { percentile, type Result, type Shape } from "./load.ts"
+import { SECONDS, shapes } from "./measure.ts"
+import { costs, type Groups, issueToken, measuredWindow, Ready, sample, startService, type Started, unlimited, wsUrl } from "./processes.ts"
+import { measure } from "./measure.ts"
+import { benchTab, hubLoad, TOOL } from "./registry.ts"
+import { print, report, round2, type ThroughputLine } from "./report.ts"
+
+const WARMUP = 0.5
+
+/** One POST on a kept-alive connection; the status and the body. */
+const post = (agent: Http.Agent, url: URL, headers: Record<string, string>, body: string) =>
+  new Promise<{ readonly status: number; readonly session: string | undefined; readonly body: string }>((resolve, reject) => {
+    const req = Http.request(url, { method: "POST", agent, headers: { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
+      const chunks: Array<Buffer> = []
+      res.on("data", (c: Buffer) => chunks.push(c))
+      res.on("end", () => {
+        const session = res.headers["mcp-session-id"]
+        resolve({ status: res.statusCode ?? 0, session: typeof session === "string" ? session : undefined, body: Buffer.concat(chunks).toString() })
+      })
+    })
+    req.on("error", reject)
+    req.end(body)
+  })
+
+/** A session per client, each with `inFlight` POSTs outstanding, closed loop. */
+const runHttp = async (url: URL, token: string, shape: Shape, onWindow: (edge: "open" | "close") => void, onError: () => void): Promise<Result> => {
+  const agent = new Http.Agent({ keepAlive: true, maxSockets: Infinity })
+  const base = { authorization: `Bearer ${token}`, accept: "application/json, text/event-stream", "content-type": "application/json" }
+  const sessions = await Promise.all(Array.from({ length: shape.clients }, async () => {
+    const init = await post(agent, url, base, JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: "2025-06-18" } }))
+    if (init.session === undefined) throw new Error(`initialize failed with ${init.status}: ${init.body}`)
+    const headers = { ...base, "mcp-session-id": init.session, "mcp-protocol-version": "2025-06-18" }
+    await post(agent, url, headers, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+    // Every session waits until the tab's tools are listed.
+    for (;;) {
+      const listed = await post(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+      if (listed.body.includes(TOOL)) break
+      await new Promise((r) => setTimeout(r, 20))
+    }
+    return headers
+  }))
+  const latencies: Array<number> = []
+  let measuring = false
+  let stopped = false
+  let count = 0
+  const loops = sessions.flatMap((headers) =>
+    Array.from({ length: shape.inFlight }, async (_, slot) => {
+      let n = 0
+      while (!stopped) {
+        const t0 = performance.now()
+        const r = await post(agent, url, headers, `{"jsonrpc":"2.0","id":${slot * 1_000_000_000 + n++},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}`)
+        if (r.status !== 200 || r.body.includes(`"error"`)) onError()
+        if (measuring) {
+          latencies.push((performance.now() - t0) * 1000)
+          count++
+        }
+      }
+    })
+  )
+  await new Promise((r) => setTimeout(r, WARMUP * 1000))
+  onWindow("open")
+  measuring = true
+  const start = performance.now()
+  await new Promise((r) => setTimeout(r, SECONDS * 1000))
+  measuring = false
+  const elapsed = (performance.now() - start) / 1000
+  onWindow("close")
+  stopped = true
+  await Promise.race([Promise.all(loops), new Promise((r) => setTimeout(r, 5000))])
+  agent.destroy()
+  const sorted = Float64Array.from(latencies).sort()
+  return { msgsPerSec: Math.round(count / elapsed), p50Us: Math.round(percentile(sorted, 50)), p99Us: Math.round(percentile(sorted, 99)), count }
+}
+
+const measureHttp = (name: string, server: Started, token: string, onError: () => void) =>
+  Effect.forEach(shapes, ([shape, load]) =>
+    Effect.gen(function*() {
+      const groups: Groups = [["server", [server]]]
+      const window = measuredWindow(() => sample(groups), `hub-http ${name} ${shape}`)
+      const url = new URL(`${wsUrl(server, "/hub").replace(/^ws/, "http")}`)
+      const r = yield* Effect.tryPromise(() => runHttp(url, token, load, window.onWindow, onError))
+      const line: ThroughputLine = {
+        suite: "hub-http",
+        target: name,
+        shape,
+        msgs_per_s: r.msgsPerSec,
+        p50_us: r.p50Us,
+        p99_us: r.p99Us,
+        ...costs(groups, window.opened(), window.closed(), r.count, "msg")
+      }
+      return line
+    })
+  )
+
+export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
+  const token = yield* issueToken({ sub: "bench-user", ttl: "1 hour" })
+  const server = yield* startService("all-in-one", "services/all-in-one/src/main.ts", unlimited, [Ready.edge, Ready.registry])
+  yield* Effect.acquireRelease(
+    Effect.promise(() => benchTab(`${wsUrl(server, "/tabs")}?token=${token}`, 1, "calls.bench.example.com", "echo")),
+    (ws) => Effect.sync(() => ws.terminate())
+  )
+  let errors = 0
+  const onError = () => errors++
+  const ws = yield* measure("hub-http", { name: "hub-websocket", server: [server], load: hubLoad(`${wsUrl(server, "/hub")}?token=${token}`, onError) })
+  const http = yield* measureHttp("hub-streamable-http", server, token, onError)
+  report([...ws, ...http], { ratio_to_ws: "hub-websocket" })
+  const p50 = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "1x1")?.["p50_us"] ?? 0)
+  print({ suite: "hub-http", target: "hub-streamable-http", measure: "p50_over_ws_p50_1x1", ratio: round2(p50(http) / Math.max(1, p50(ws))), target_at_most: 1.5 })
+  if (errors > 0) console.error(`warning: ${errors} calls were answered with an error; the figures are not comparable`)
+}))
