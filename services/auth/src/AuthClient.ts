@@ -10,6 +10,7 @@ import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 
 /** The token was checked and refused. */
@@ -34,7 +35,7 @@ export class AuthClient extends Context.Tag("@switchboard/auth/AuthClient")<Auth
 
 const decodeReply = Schema.decodeUnknownEither(Schema.parseJson(Auth.VerifyReply))
 
-export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.effect(
+export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
   AuthClient,
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
@@ -52,6 +53,10 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.effect(
       lookup: (token: string) => Effect.either(ask(token)),
       timeToLive: (exit) => (exit._tag === "Success" && exit.value._tag === "Right" ? Duration.seconds(30) : Duration.seconds(5))
     })
+    // The cache forgets an expired entry only when it is asked for it again or when it is full,
+    // so every token ever presented (each participant of a busy room has its own) would stay for
+    // as long as 10,000 fit. Emptied every 30 seconds, it holds only the tokens of that long.
+    yield* cache.invalidateAll.pipe(Effect.repeat(Schedule.spaced("30 seconds")), Effect.forkScoped)
     const verify = (token: string) =>
       cache.get(token).pipe(
         Effect.flatten,

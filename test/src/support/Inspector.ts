@@ -4,6 +4,7 @@
  * full garbage collection, since used heap without one mostly measures when V8 last collected.
  */
 import * as Effect from "effect/Effect"
+import { writeFile } from "node:fs/promises"
 import { WebSocket } from "ws"
 import type { ServiceProcess } from "./Processes.ts"
 
@@ -12,6 +13,8 @@ const LISTENING = /Debugger listening on (ws:\/\/\S+)/
 export interface Inspector {
   /** Bytes of heap in use after two full collections. */
   readonly heapAfterGc: Effect.Effect<number>
+  /** Writes a heap snapshot to `path`, for a leak hunt: load two of them in DevTools and compare. */
+  readonly heapSnapshot: (path: string) => Effect.Effect<void>
 }
 
 /** Connects to the inspector `proc` announced on stderr; closed with the scope. */
@@ -29,9 +32,11 @@ export const attach = (proc: ServiceProcess) =>
     ).pipe(Effect.orDie)
     let nextId = 1
     const waiting = new Map<number, (answer: { result?: unknown; error?: { message: string } }) => void>()
+    let chunks: Array<string> = []
     ws.on("message", (data) => {
-      const m = JSON.parse(data.toString()) as { id?: number; result?: unknown; error?: { message: string } }
+      const m = JSON.parse(data.toString()) as { id?: number; method?: string; params?: { chunk?: string }; result?: unknown; error?: { message: string } }
       if (m.id !== undefined) waiting.get(m.id)?.(m)
+      else if (m.method === "HeapProfiler.addHeapSnapshotChunk") chunks.push(m.params?.chunk ?? "")
     })
     const call = (method: string, params: object = {}) =>
       Effect.async<unknown, Error>((resume) => {
@@ -51,5 +56,13 @@ export const attach = (proc: ServiceProcess) =>
       }
       return evaluated.result.value
     })
-    return { heapAfterGc } satisfies Inspector
+    const heapSnapshot = (path: string) =>
+      Effect.gen(function*() {
+        chunks = []
+        yield* call("HeapProfiler.takeHeapSnapshot", { reportProgress: false })
+        const text = chunks.join("")
+        chunks = []
+        yield* Effect.promise(() => writeFile(path, text))
+      })
+    return { heapAfterGc, heapSnapshot } satisfies Inspector
   })
