@@ -5,21 +5,15 @@
  * client whose extension went away is told why in its `disconnected` notification.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import { closedWith, connect } from "./support/Client.ts"
 import * as Processes from "./support/Processes.ts"
 import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
-import { busLayer, namespace, stack } from "./support/Stack.ts"
+import { namespace, serve } from "./support/Stack.ts"
 
-const start = (env: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const ctx = yield* Layer.build(stack(busLayer(), { services: Router.layer, env }))
-    return (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
-  })
+const start = (env: Record<string, string> = {}) => Effect.map(serve(Router.layer, env), (s) => s.ws)
 
 /** A base64 "PNG" of about `bytes` bytes, as a screenshot answer carries it. */
 const screenshot = (bytes: number) => Buffer.alloc(Math.ceil((bytes * 3) / 4), 7).toString("base64")

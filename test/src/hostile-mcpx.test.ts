@@ -7,11 +7,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Broker, BrokerConfig } from "@switchboard/broker"
 import { Journal, Kv, Subjects } from "@switchboard/bus"
-import { Edge } from "@switchboard/edge"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Stream from "effect/Stream"
@@ -29,15 +27,11 @@ import {
   RFC3339,
   roster
 } from "./support/Participants.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
+import { serve, token } from "./support/Stack.ts"
 
 /** Edge, auth and broker on the embedded bus, and the bus's KV and journals to look into. */
 const start = (env: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const ctx = yield* Layer.build(stack(busLayer(), { services: Broker.layer, env }))
-    const http = Context.get(ctx, Edge.EdgeServer).url
-    return { http, ws: http.replace("http", "ws"), kv: Context.get(ctx, Kv.Kv), journal: Context.get(ctx, Journal.Journal) }
-  })
+  Effect.map(serve(Broker.layer, env), ({ ctx, url, ws }) => ({ http: url, ws, kv: Context.get(ctx, Kv.Kv), journal: Context.get(ctx, Journal.Journal) }))
 
 /** An HTTP call through the edge, and how long its answer took. */
 const api = (url: string, method: string, bearer: string) =>

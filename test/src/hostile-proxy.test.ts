@@ -15,23 +15,10 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import { closedWith, connect } from "./support/Client.ts"
-import { attach, call, client, extensionOf, handled, next } from "./support/ProxyPeers.ts"
-import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { attach, call, client, connected, extensionOf, handled, next } from "./support/ProxyPeers.ts"
+import { busLayer, namespace, replica, serve, stack, token } from "./support/Stack.ts"
 
-const start = (env: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const ctx = yield* Layer.build(stack(busLayer(), { services: Router.layer, env }))
-    const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
-    return edge.url.replace("http", "ws")
-  })
-
-/** Alice's extension and one connected client: the state most tests start from. */
-const connected = (ws: string, sub = "alice") =>
-  Effect.gen(function*() {
-    const ext = yield* extensionOf(ws, sub)
-    const mcp = yield* client(ws, sub)
-    return { ext, mcp, connectionId: yield* attach(mcp, ext.id) }
-  })
+const start = (env: Record<string, string> = {}) => Effect.map(serve(Router.layer, env), (s) => s.ws)
 
 /** A request whose params nest `depth` objects deep: JSON.parse copes, what recurses after it does not. */
 const nested = (depth: number, id: number | string = 1) =>

@@ -18,10 +18,10 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
-import * as Schedule from "effect/Schedule"
 import { closedWith, connect, type TestClient } from "./support/Client.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { hub, rawTab, tabFrames, toolsUntil } from "./support/Tabs.ts"
+import { until } from "./support/Until.ts"
 
 const { hello, register, tool } = tabFrames
 
@@ -49,13 +49,6 @@ const build = (env: Record<string, string> = {}, logs: Logs = captureLogs(), tra
     })
   )
 const wsOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
-
-/** Waits until `ok` holds (every 10 ms, up to 5 s). */
-const until = (ok: () => boolean, what: string) =>
-  Effect.suspend(() => (ok() ? Effect.void : Effect.fail(what))).pipe(
-    Effect.retry({ schedule: Schedule.spaced("10 millis"), times: 500 }),
-    Effect.orDieWith((w) => new Error(`never: ${w}`))
-  )
 
 /** A raw `/hub` socket (subprotocol mcp) that has completed initialize. */
 const rawHub = (ws: string, user: string) =>

@@ -35,14 +35,10 @@ import {
   roster,
   topicUrl
 } from "./support/Participants.ts"
-import { busLayer, configFrom, namespace, stack, token } from "./support/Stack.ts"
+import { busLayer, configFrom, namespace, serve, token } from "./support/Stack.ts"
 
 /** Edge, auth and broker on the embedded bus; returns the edge's ws:// base URL. */
-const start = (env: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const ctx = yield* Layer.build(stack(busLayer(), { services: Broker.layer, env }))
-    return Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
-  })
+const start = (env: Record<string, string> = {}) => Effect.map(serve(Broker.layer, env), (s) => s.ws)
 
 /** An error from the gateway (§4.4 system message), which only its sender receives. */
 const gatewayError = (to: string, code: string, correlationId?: string) => ({

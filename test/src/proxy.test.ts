@@ -4,28 +4,13 @@
  * NATS and processes in proxy-distributed.test.ts.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import { closedWith, connect } from "./support/Client.ts"
-import { attach, call, client, echoing, extension, extensionOf, type Message, next, nextStatus } from "./support/ProxyPeers.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
+import { call, client, connected, echoing, extension, type Message, next, nextStatus } from "./support/ProxyPeers.ts"
+import { serve, token } from "./support/Stack.ts"
 
-const start = (env: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const ctx = yield* Layer.build(stack(busLayer(), { services: Router.layer, env }))
-    const edge = ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape
-    return edge.url.replace("http", "ws")
-  })
-
-/** Alice's extension and one connected client: the state most tests start from. */
-const connected = (ws: string, sub = "alice") =>
-  Effect.gen(function*() {
-    const ext = yield* extensionOf(ws, sub)
-    const mcp = yield* client(ws, sub)
-    return { ext, mcp, connectionId: yield* attach(mcp, ext.id) }
-  })
+const start = (env: Record<string, string> = {}) => Effect.map(serve(Router.layer, env), (s) => s.ws)
 
 describe("MCP proxy protocol", () => {
   it.scopedLive("runs the spec's exchanges: authenticate, handshake, list, connect, forward, errors, disconnect", () =>

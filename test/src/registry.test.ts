@@ -22,6 +22,7 @@ import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+import { until } from "./support/Until.ts"
 
 const build = (env: Record<string, string> = {}) => Layer.build(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env }))
 const wsOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
@@ -37,13 +38,6 @@ const gate = () => {
 const call = (client: Client, name: string, text = "") => Effect.promise(() => client.callTool({ name, arguments: { text } }))
 const callError = (client: Client, name: string) =>
   Effect.promise(() => client.callTool({ name, arguments: {} }).then(() => undefined, (e: unknown) => e as { code: number; message: string }))
-
-/** Waits until `ok` holds (every 10 ms, up to 5 s). */
-const until = (ok: () => boolean, what: string) =>
-  Effect.suspend(() => (ok() ? Effect.void : Effect.fail(what))).pipe(
-    Effect.retry({ schedule: Schedule.spaced("10 millis"), times: 500 }),
-    Effect.orDieWith((w) => new Error(`never: ${w}`))
-  )
 
 /** A raw `/hub` socket (subprotocol mcp) that has completed initialize. */
 const rawHub = (ws: string, user: string) =>

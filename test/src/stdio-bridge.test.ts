@@ -28,6 +28,7 @@ import { freePort } from "./support/FreePort.ts"
 import { extensionOf, type Message } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { page, tab, textOf } from "./support/Tabs.ts"
+import { until } from "./support/Until.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
 const bin = `${root}clients/cli/bin/switchboard-mcp.js`
@@ -74,13 +75,6 @@ const call = (client: Client, name: string, args: Record<string, unknown> = {}) 
   Effect.promise(() => client.callTool({ name, arguments: args }) as Promise<CallToolResult>)
 
 const names = (client: Client) => Effect.promise(() => client.listTools()).pipe(Effect.map(({ tools }) => tools.map((t) => t.name)))
-
-/** Waits until `ok` holds (every 20 ms, up to 10 s). */
-const until = (ok: () => boolean, what: string) =>
-  Effect.suspend(() => (ok() ? Effect.void : Effect.fail(what))).pipe(
-    Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 500 }),
-    Effect.orDieWith((w) => new Error(`never: ${w}`))
-  )
 
 /** A fake extension's answers: `createTab` opens tab 42, `screenshot` is a data URL; every request is recorded. */
 const answering = (ext: TestClient, requests: Array<Message>) =>
@@ -133,7 +127,7 @@ describe("switchboard-mcp (stdio bridge)", () => {
             // 2. A second tab's new tool reaches the host as list_changed, then in the list.
             const before = changes.length
             yield* tab(first.ws, page("docs", ["search"]), { user: "alice", tabId: 2, url: "https://docs.example.org/" })
-            yield* until(() => changes.length > before, "notifications/tools/list_changed at the host")
+            yield* until(() => changes.length > before, "notifications/tools/list_changed at the host", "20 millis")
             expect(yield* names(client)).toContain("website_tool_docs_example_org_tab2_search")
 
             // 3. The browser, through /mcp and the extension.
@@ -164,7 +158,7 @@ describe("switchboard-mcp (stdio bridge)", () => {
             const restarted = changes.length
             const second = yield* switchboard(port)
             yield* tab(second.ws, page("shop-again", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" }).pipe(Scope.extend(second.scope))
-            yield* until(() => changes.length > restarted, "list_changed after the hub came back")
+            yield* until(() => changes.length > restarted, "list_changed after the hub came back", "20 millis")
             const again = yield* call(client, getCart, { text: "y" }).pipe(
               Effect.filterOrFail((r) => textOf(r) === "shop-again:getCart:y"),
               Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 200 }),
@@ -173,7 +167,7 @@ describe("switchboard-mcp (stdio bridge)", () => {
             expect(again.isError).toBeFalsy()
             expect(stderr()).toMatch(/hub: connection to http:\/\/127\.0\.0\.1:\d+ lost; reconnecting in \d+ ms/)
             expect(stderr()).toMatch(/hub: reconnected to/)
-            yield* until(() => /browser: reconnected to/.test(stderr()), "the bridge back on /mcp")
+            yield* until(() => /browser: reconnected to/.test(stderr()), "the bridge back on /mcp", "20 millis")
             // The new Switchboard has no extension of alice's: the browser tools say so.
             expect(yield* call(client, "browser_get_tabs")).toEqual({
               isError: true,

@@ -70,6 +70,14 @@ export const attach = (c: TestClient, extensionId: string, id: unknown = 2) =>
     return (m.result as Record<string, unknown>)["connection_id"] as string
   })
 
+/** `user`'s extension and one client connected to it: the state most proxy tests start from. */
+export const connected = (ws: string, user = "alice") =>
+  Effect.gen(function*() {
+    const ext = yield* extensionOf(ws, user)
+    const mcp = yield* client(ws, user)
+    return { ext, mcp, connectionId: yield* attach(mcp, ext.id) }
+  })
+
 /** Answers every forwarded request with its own method and params, until the scope closes. */
 export const echoing = (ext: TestClient) =>
   Effect.gen(function*() {

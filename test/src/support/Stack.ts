@@ -8,6 +8,7 @@ import { type Bus, type Journal, type Kv, MemoryBus, NatsBus } from "@switchboar
 import { Edge, type Routes } from "@switchboard/edge"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
@@ -46,6 +47,16 @@ export const stack = (bus: Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.Bu
     Layer.provide(configFrom(options.env ?? {})),
     Layer.provide(Logger.minimumLogLevel(process.env["SB_TEST_LOG"] === "debug" ? LogLevel.Debug : LogLevel.Error))
   )
+
+/**
+ * `services` behind an edge on the embedded bus, for as long as the scope lives: the edge's
+ * http:// and ws:// base URLs, and the built context for tests that look inside (KV, journals).
+ */
+export const serve = (services: NonNullable<StackOptions["services"]>, env: Readonly<Record<string, string>> = {}) =>
+  Effect.map(Layer.build(stack(busLayer(), { services, env })), (ctx) => {
+    const url = Context.get(ctx, Edge.EdgeServer).url
+    return { ctx, url, ws: url.replace("http", "ws") }
+  })
 
 /** Signs a token with the test secret. */
 export const token = (options: Tokens.IssueOptions) =>
