@@ -20,11 +20,11 @@ import {
   delivered,
   type Envelope,
   GATEWAY,
+  gatewayError,
   join,
   open,
   type Participant,
   PROTOCOL,
-  RFC3339,
   roster
 } from "./support/Participants.ts"
 import { serve, token } from "./support/Stack.ts"
@@ -49,18 +49,6 @@ const historyOf = (http: string, topic: string) =>
     const page = yield* api(`${http}/v0/topics/${encodeURIComponent(topic)}/history?limit=1000`, "GET", reader)
     return { ...page, envelopes: page.status === 200 ? (JSON.parse(page.text) as { readonly envelopes: ReadonlyArray<Envelope> }).envelopes : [] }
   })
-
-/** An error from the gateway (§4.4 system message), which only its sender receives. */
-const gatewayError = (to: string, code: string, correlationId?: string, reason: RegExp = /\S/) => ({
-  protocol: PROTOCOL,
-  id: expect.any(String),
-  ts: expect.stringMatching(RFC3339),
-  from: GATEWAY,
-  to: [to],
-  kind: "system",
-  ...(correlationId === undefined ? {} : { correlation_id: correlationId }),
-  payload: { event: "error", code, reason: expect.stringMatching(reason) }
-})
 
 const allReceive = (participants: ReadonlyArray<Participant>, sent: ReturnType<Participant["send"]>) =>
   Effect.forEach(participants, (p) => Effect.map(p.next(), (e) => expect(e).toEqual(delivered(sent))), { discard: true })

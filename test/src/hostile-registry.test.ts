@@ -18,9 +18,9 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
-import { closedWith, connect, type TestClient } from "./support/Client.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
-import { hub, rawTab, tabFrames, toolsUntil } from "./support/Tabs.ts"
+import { closedWith, type TestClient } from "./support/Client.ts"
+import { busLayer, stack } from "./support/Stack.ts"
+import { hub, rawHub, rawTab, tabFrames, toolsUntil } from "./support/Tabs.ts"
 import { until } from "./support/Until.ts"
 
 const { hello, register, tool } = tabFrames
@@ -49,16 +49,6 @@ const build = (env: Record<string, string> = {}, logs: Logs = captureLogs(), tra
     })
   )
 const wsOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
-
-/** A raw `/hub` socket (subprotocol mcp) that has completed initialize. */
-const rawHub = (ws: string, user: string) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${ws}/hub?token=${yield* token({ sub: user })}`, { protocols: ["mcp"] })
-    c.send({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
-    expect(yield* c.next).toMatchObject({ id: 0, result: { protocolVersion: "2025-06-18" } })
-    c.send({ jsonrpc: "2.0", method: "notifications/initialized" })
-    return c
-  })
 
 /** The next answer to a request, past any notifications (`list_changed`) sent before it. */
 const answerOn = (c: TestClient) =>

@@ -25,6 +25,7 @@ import {
   delivered,
   type Envelope,
   GATEWAY,
+  gatewayError,
   join,
   type Member,
   open,
@@ -39,18 +40,6 @@ import { busLayer, configFrom, namespace, serve, token } from "./support/Stack.t
 
 /** Edge, auth and broker on the embedded bus; returns the edge's ws:// base URL. */
 const start = (env: Record<string, string> = {}) => Effect.map(serve(Broker.layer, env), (s) => s.ws)
-
-/** An error from the gateway (§4.4 system message), which only its sender receives. */
-const gatewayError = (to: string, code: string, correlationId?: string) => ({
-  protocol: PROTOCOL,
-  id: expect.any(String),
-  ts: expect.stringMatching(RFC3339),
-  from: GATEWAY,
-  to: [to],
-  kind: "system",
-  ...(correlationId === undefined ? {} : { correlation_id: correlationId }),
-  payload: { event: "error", code, reason: expect.stringMatching(/\S/) }
-})
 
 /** §4.4.2, verbatim: what a restricted participant gets back for a `kind: "mcp"` envelope. */
 const privilegeViolation = (to: string, correlationId: string, rpcId: unknown) => ({

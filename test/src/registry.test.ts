@@ -21,7 +21,7 @@ import * as z from "zod"
 import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
-import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+import { hub, page, rawHub, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 import { until } from "./support/Until.ts"
 
 const build = (env: Record<string, string> = {}) => Layer.build(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env }))
@@ -38,16 +38,6 @@ const gate = () => {
 const call = (client: Client, name: string, text = "") => Effect.promise(() => client.callTool({ name, arguments: { text } }))
 const callError = (client: Client, name: string) =>
   Effect.promise(() => client.callTool({ name, arguments: {} }).then(() => undefined, (e: unknown) => e as { code: number; message: string }))
-
-/** A raw `/hub` socket (subprotocol mcp) that has completed initialize. */
-const rawHub = (ws: string, user: string) =>
-  Effect.gen(function*() {
-    const c = yield* connect(`${ws}/hub?token=${yield* token({ sub: user })}`, { protocols: ["mcp"] })
-    c.send({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
-    expect(yield* c.next).toMatchObject({ id: 0, result: { protocolVersion: "2025-06-18" } })
-    c.send({ jsonrpc: "2.0", method: "notifications/initialized" })
-    return c
-  })
 
 describe("MCP-B tool registry", () => {
   it.scopedLive("the SDK client lists two tabs' tools, calls one, and hears list_changed when a third registers", () =>

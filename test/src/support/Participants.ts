@@ -220,3 +220,15 @@ export const deepEnvelope = (from: string, depth: number, fields: Readonly<Recor
   `{"protocol":"${PROTOCOL}","id":"${randomUUID()}","from":${JSON.stringify(from)},"kind":"chat",${
     Object.entries(fields).map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)},`).join("")
   }"payload":{"text":"deep","deep":${nestedJson(depth)}}}`
+
+/** An error from the gateway (§4.4 system message), which only its sender receives. */
+export const gatewayError = (to: string, code: string, correlationId?: string, reason: RegExp = /\S/) => ({
+  protocol: PROTOCOL,
+  id: expect.any(String),
+  ts: expect.stringMatching(RFC3339),
+  from: GATEWAY,
+  to: [to],
+  kind: "system",
+  ...(correlationId === undefined ? {} : { correlation_id: correlationId }),
+  payload: { event: "error", code, reason: expect.stringMatching(reason) }
+})

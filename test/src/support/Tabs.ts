@@ -10,6 +10,7 @@ import { WebSocketClientTransport } from "@modelcontextprotocol/sdk/client/webso
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js"
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
+import { expect } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
 import * as z from "zod"
@@ -207,3 +208,13 @@ export const tabFrames = {
   }),
   tool: (name: string, extra: object = {}) => ({ name, inputSchema: { type: "object" }, ...extra })
 }
+
+/** A raw `/hub` socket (subprotocol mcp) that has completed initialize. */
+export const rawHub = (ws: string, user: string) =>
+  Effect.gen(function*() {
+    const c = yield* connect(`${ws}/hub?token=${yield* token({ sub: user })}`, { protocols: ["mcp"] })
+    c.send({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
+    expect(yield* c.next).toMatchObject({ id: 0, result: { protocolVersion: "2025-06-18" } })
+    c.send({ jsonrpc: "2.0", method: "notifications/initialized" })
+    return c
+  })
