@@ -75,7 +75,8 @@ export const sessionStore = <A>(bucket: TypedBucket<A>) => ({
     bucket.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e))),
   recall: (conn: Connection) =>
     bucket.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none<A>())),
-  forget: (conn: Connection) => bucket.delete(Subjects.Key.session(conn.id)).pipe(Effect.ignore)
+  forget: (conn: Connection) =>
+    bucket.delete(Subjects.Key.session(conn.id)).pipe(Effect.catchAll((e) => Effect.logWarning("could not forget a closed session", e)))
 })
 
 /** A handle that sends to one socket on any edge, with its headers built once. */
@@ -411,7 +412,7 @@ export const host = <R>(options: HostOptions<R>) =>
         const [code, reason] = yield* Deferred.await(closed)
         mailbox.stop()
         if (actor.onClosed) yield* actor.onClosed(code, reason)
-        yield* connections.delete(connId).pipe(Effect.ignore)
+        yield* connections.delete(connId).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
       }).pipe(Effect.onExit((exit) => Scope.close(scope, exit)))).pipe(
         // When this replica stops, its actors end without `onClosed`: their state stays in KV for
         // the replica that adopts them.
@@ -452,7 +453,7 @@ export const host = <R>(options: HostOptions<R>) =>
           run(id, edge, event.right, false, (reply) =>
             Effect.zipRight(
               reply.ok ? record(id, edge, event.right) : Effect.void,
-              bus.respond(m, encodeOpenReply(reply)).pipe(Effect.ignore)
+              bus.respond(m, encodeOpenReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer an open request", e)))
             ))
         )
       },

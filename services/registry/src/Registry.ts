@@ -295,7 +295,7 @@ export const make = Effect.gen(function*() {
           const current = yield* tabs.get(key)
           // A newer socket of the same tab may own the entry already.
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* tabs.delete(key)
-        }).pipe(Effect.ignore)
+        }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not remove closed tab ${conn.id}; it is pruned once stale`, e)))
 
       return { onFrame, onClosed } satisfies Actors.Actor
     })
