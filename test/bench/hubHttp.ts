@@ -2,14 +2,17 @@
  * The hub-http suite: one `tools/call` round trip through `/hub` over Streamable HTTP (a POST
  * answered as JSON, on keep-alive connections) against the same round trip over the WebSocket
  * `/hub`, in the same all-in-one process, at 1×1 and 50×10. Targets: the 1×1 p50 within 1.5× the
- * WebSocket's, and the 50×10 throughput at least half of it.
+ * WebSocket's, and the 50×10 throughput at least half of it. The same two clients against a plain
+ * `ws` echo and a plain `node:http` echo measure the floor of those ratios in the same run: what
+ * HTTP/1.1 costs against a WebSocket before Switchboard does anything (one request per connection
+ * turn, one write per answer, where a socket batches ten in flight).
  */
 import * as Effect from "effect/Effect"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { percentile, type Result, type Shape } from "./load.ts"
 import { SECONDS, shapes } from "./measure.ts"
-import { costs, type Groups, issueToken, measuredWindow, Ready, sample, startService, type Started, unlimited, wsUrl } from "./processes.ts"
+import { costs, type Groups, issueToken, measuredWindow, Ready, sample, startServer, startService, type Started, unlimited, wsUrl } from "./processes.ts"
 import { measure } from "./measure.ts"
 import { benchTab, hubLoad, TOOL } from "./registry.ts"
 import { print, report, round2, type ThroughputLine } from "./report.ts"
@@ -63,23 +66,31 @@ const connection = (url: URL, sockets: Array<Net.Socket>) =>
       })
   })
 
-/** A session per client, each with `inFlight` POSTs outstanding, closed loop. */
-const runHttp = async (url: URL, token: string, shape: Shape, onWindow: (edge: "open" | "close") => void, onError: () => void): Promise<Result> => {
-  const agent = new Http.Agent({ keepAlive: true, maxSockets: Infinity })
+/** Opens what one client's POSTs need (an MCP session), and returns their headers. */
+type Prepare = (agent: Http.Agent, url: URL) => Promise<Record<string, string>>
+
+/** An initialized MCP session of `token`'s user that lists the bench tab's tool. */
+const mcpSession = (token: string): Prepare => async (agent, url) => {
   const base = { authorization: `Bearer ${token}`, accept: "application/json, text/event-stream", "content-type": "application/json" }
-  const sessions = await Promise.all(Array.from({ length: shape.clients }, async () => {
-    const init = await post(agent, url, base, JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: "2025-06-18" } }))
-    if (init.session === undefined) throw new Error(`initialize failed with ${init.status}: ${init.body}`)
-    const headers = { ...base, "mcp-session-id": init.session, "mcp-protocol-version": "2025-06-18" }
-    await post(agent, url, headers, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-    // Every session waits until the tab's tools are listed.
-    for (;;) {
-      const listed = await post(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-      if (listed.body.includes(TOOL)) break
-      await new Promise((r) => setTimeout(r, 20))
-    }
-    return headers
-  }))
+  const init = await post(agent, url, base, JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: "2025-06-18" } }))
+  if (init.session === undefined) throw new Error(`initialize failed with ${init.status}: ${init.body}`)
+  const headers = { ...base, "mcp-session-id": init.session, "mcp-protocol-version": "2025-06-18" }
+  await post(agent, url, headers, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+  // Every session waits until the tab's tools are listed.
+  for (;;) {
+    const listed = await post(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+    if (listed.body.includes(TOOL)) return headers
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+/** The plain echo needs nothing but the content type. */
+const noSession: Prepare = () => Promise.resolve({ "content-type": "application/json" })
+
+/** A session per client, each with `inFlight` POSTs outstanding, closed loop. */
+const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge: "open" | "close") => void, onError: () => void): Promise<Result> => {
+  const agent = new Http.Agent({ keepAlive: true, maxSockets: Infinity })
+  const sessions = await Promise.all(Array.from({ length: shape.clients }, () => prepare(agent, url)))
   const latencies: Array<number> = []
   let measuring = false
   let stopped = false
@@ -118,13 +129,13 @@ const runHttp = async (url: URL, token: string, shape: Shape, onWindow: (edge: "
   return { msgsPerSec: Math.round(count / elapsed), p50Us: Math.round(percentile(sorted, 50)), p99Us: Math.round(percentile(sorted, 99)), count }
 }
 
-const measureHttp = (name: string, server: Started, token: string, onError: () => void) =>
+const measureHttp = (name: string, server: Started, path: string, prepare: Prepare, onError: () => void) =>
   Effect.forEach(shapes, ([shape, load]) =>
     Effect.gen(function*() {
       const groups: Groups = [["server", [server]]]
       const window = measuredWindow(() => sample(groups), `hub-http ${name} ${shape}`)
-      const url = new URL(`${wsUrl(server, "/hub").replace(/^ws/, "http")}`)
-      const r = yield* Effect.tryPromise(() => runHttp(url, token, load, window.onWindow, onError))
+      const url = new URL(`${wsUrl(server, path).replace(/^ws/, "http")}`)
+      const r = yield* Effect.tryPromise(() => runHttp(url, prepare, load, window.onWindow, onError))
       const line: ThroughputLine = {
         suite: "hub-http",
         target: name,
@@ -148,9 +159,21 @@ export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   let errors = 0
   const onError = () => errors++
   const ws = yield* measure("hub-http", { name: "hub-websocket", server: [server], load: hubLoad(`${wsUrl(server, "/hub")}?token=${token}`, onError) })
-  const http = yield* measureHttp("hub-streamable-http", server, token, onError)
+  const http = yield* measureHttp("hub-streamable-http", server, "/hub", mcpSession(token), onError)
   report([...ws, ...http], { ratio_to_ws: "hub-websocket" })
+  const plainWsServer = yield* startServer("plain")
+  const plainHttpServer = yield* startServer("plain-http")
+  const plainWs = yield* measure("hub-http", { name: "plain-ws-echo", server: [plainWsServer], load: { url: wsUrl(plainWsServer, "/") } })
+  const plainHttp = yield* measureHttp("plain-http-echo", plainHttpServer, "/", noSession, onError)
+  report([...plainWs, ...plainHttp], { ratio_to_ws: "plain-ws-echo" })
   const p50 = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "1x1")?.["p50_us"] ?? 0)
-  print({ suite: "hub-http", target: "hub-streamable-http", measure: "p50_over_ws_p50_1x1", ratio: round2(p50(http) / Math.max(1, p50(ws))), target_at_most: 1.5 })
+  const rate = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "50x10")?.["msgs_per_s"] ?? 0)
+  const ratios = (target: string, httpLines: ReadonlyArray<ThroughputLine>, wsLines: ReadonlyArray<ThroughputLine>) => {
+    print({ suite: "hub-http", target, measure: "p50_over_ws_p50_1x1", ratio: round2(p50(httpLines) / Math.max(1, p50(wsLines))), target_at_most: 1.5 })
+    print({ suite: "hub-http", target, measure: "throughput_over_ws_50x10", ratio: round2(rate(httpLines) / Math.max(1, rate(wsLines))), target_at_least: 0.5 })
+  }
+  ratios("hub-streamable-http", http, ws)
+  // The same ratios between plain echoes: how close to the targets HTTP/1.1 itself can come here.
+  ratios("plain-http-echo (floor)", plainHttp, plainWs)
   if (errors > 0) console.error(`warning: ${errors} calls were answered with an error; the figures are not comparable`)
 }))

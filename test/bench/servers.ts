@@ -4,6 +4,8 @@
  * `READY <port>`.
  *
  * - plain:  a `ws` echo server, the baseline.
+ * - plain-http: a `node:http` echo server (keep-alive, each POST's body back as JSON), the floor
+ *   of any request/response protocol on HTTP/1.1 here.
  * - relay:  a hand-written ws → NATS → echo → NATS → ws relay, what a minimal bus hop costs.
  * - edge:   Switchboard's edge and the echo actor, on the embedded bus or on NATS_URL.
  * - naive-relay: the MCP proxy's id mapping by hand in one process, what the embedded proxy
@@ -18,6 +20,7 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as Http from "node:http"
 import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
@@ -30,6 +33,19 @@ const plain = () => {
   const wss = new WebSocketServer(wsOptions)
   wss.on("connection", (ws) => ws.on("message", (data: Buffer) => ws.send(data, { binary: false })))
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
+}
+
+const plainHttp = () => {
+  const server = Http.createServer((req, res) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => {
+      const body = Buffer.concat(chunks)
+      res.writeHead(200, { "content-type": "application/json", "content-length": body.byteLength }).end(body)
+    })
+  })
+  server.keepAliveTimeout = 60_000
+  server.listen(0, "127.0.0.1", () => ready((server.address() as { port: number }).port))
 }
 
 const relay = async () => {
@@ -125,10 +141,11 @@ const edge = () =>
 
 const kind = process.argv[2]
 if (kind === "plain") plain()
+else if (kind === "plain-http") plainHttp()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
 else if (kind === "naive-relay") naiveRelay()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, relay, edge or naive-relay\n`)
+  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge or naive-relay\n`)
   process.exit(2)
 }

@@ -212,11 +212,29 @@ const make = (options: EdgeOptions) =>
       }
     }
 
+    /** Frames read in this turn of the event loop, from sockets or as HTTP requests (see `send`). */
+    let framesThisTurn = 0
+    const newTurn = () => {
+      framesThisTurn = 0
+    }
+    const countFrame = () => {
+      if (framesThisTurn++ === 0) setImmediate(newTurn)
+    }
+
     // Plain HTTP at the hub's path is Streamable HTTP: the same sessions, without a socket.
     const hub = routes["/hub"]
     const streamable = hub === undefined
       ? undefined
-      : yield* StreamableHttp.make({ edgeId, path: "/hub", service: hub.service, origins: config.origins, openTimeout: config.openTimeout, runFork, logCaught })
+      : yield* StreamableHttp.make({
+        edgeId,
+        path: "/hub",
+        service: hub.service,
+        origins: config.origins,
+        openTimeout: config.openTimeout,
+        runFork,
+        logCaught,
+        countFrame
+      })
 
     // --- outbound: what services send to this edge's sockets -------------------------------
 
@@ -227,10 +245,6 @@ const make = (options: EdgeOptions) =>
     // the next microtask checkpoint, instead of after the rest of the turn: at 1×1, 2 µs from
     // delivery to write where the end of the turn took 3.8 (instrumented all-in-one, `/hub` calls).
     const corked: Array<Socket> = []
-    let framesThisTurn = 0
-    const newTurn = () => {
-      framesThisTurn = 0
-    }
     const uncorkAll = () => {
       for (const s of corked) {
         s.corked = false
@@ -321,7 +335,7 @@ const make = (options: EdgeOptions) =>
 
     const onFrame = (s: Socket, data: Buffer, isBinary: boolean) => {
       if (isBinary) return closeSocket(s, CloseCode.Unsupported, "binary frames are not supported; send text")
-      if (framesThisTurn++ === 0) setImmediate(newTurn)
+      countFrame()
       metrics.framesIn++
       metrics.bytesIn += data.byteLength
       const budget = s.budget.take()

@@ -40,6 +40,11 @@ export interface StreamableHttpOptions {
   readonly openTimeout: Duration.DurationInput
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
   readonly logCaught: (what: string, cause: unknown, about: Readonly<Record<string, string>>) => void
+  /**
+   * Counts a message read in this turn, as a socket's frame is: many requests in one turn are a
+   * burst, and the edge then writes what they cause (calls to a tab's socket) in one write.
+   */
+  readonly countFrame: () => void
 }
 
 /** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
@@ -171,6 +176,7 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
 
     /** Hands one message to the session's actor; a request's response waits in `exchanges` for the answer. */
     const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
+      options.countFrame()
       if (id === undefined) {
         bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, {}))
         res.writeHead(202).end()
