@@ -72,6 +72,20 @@ const isVersion = (v: string): boolean => (Registry.HttpProtocolVersions as Read
 /** Whether an Accept header admits `type` (exactly, as `major/*`, or as `*\/*`). */
 export const accepts = (accept: string | undefined, type: string): boolean => {
   if (accept === undefined) return false
+  // A client sends the same header with every request: the answer is worked out once (for
+  // headers of a sane length; any peer can send any header).
+  if (accept.length > 256) return admits(accept, type)
+  const key = `${type} ${accept}`
+  const known = acceptsSeen.get(key)
+  if (known !== undefined) return known
+  const answer = admits(accept, type)
+  if (acceptsSeen.size >= 1024) acceptsSeen.clear()
+  acceptsSeen.set(key, answer)
+  return answer
+}
+const acceptsSeen = new Map<string, boolean>()
+
+const admits = (accept: string, type: string): boolean => {
   const major = `${type.slice(0, type.indexOf("/"))}/*`
   return accept.split(",").some((part) => {
     const essence = part.split(";")[0]!.trim().toLowerCase()
