@@ -379,6 +379,20 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
       const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization?.trim() ?? "")
       const token = m?.[1]
       if (token === undefined) return unauthorized(req, res, "Unauthorized: a bearer token is required (Authorization header)", false)
+      const authorized = (claims: Auth.Claims) => {
+        if (res.destroyed) return
+        try {
+          if (method === "POST") post(req, res, claims)
+          else if (method === "GET") get(req, res, claims)
+          else del(req, res, claims)
+        } catch (cause) {
+          options.logCaught("edge: a Streamable HTTP request failed", cause, { method, url: req.url ?? "" })
+          fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
+        }
+      }
+      // A session's client sends its token with every request: one verified moments ago needs no fiber.
+      const known = auth.known(token)
+      if (known !== undefined) return authorized(known)
       runFork(
         auth.verify(token).pipe(
           Effect.match({
@@ -386,17 +400,7 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
               e._tag === "AuthFailed"
                 ? unauthorized(req, res, `Unauthorized: invalid token: ${e.reason}`, true)
                 : fail(res, 503, JsonRpc.ErrorCode.ServerError, e.reason),
-            onSuccess: (claims) => {
-              if (res.destroyed) return
-              try {
-                if (method === "POST") post(req, res, claims)
-                else if (method === "GET") get(req, res, claims)
-                else del(req, res, claims)
-              } catch (cause) {
-                options.logCaught("edge: a Streamable HTTP request failed", cause, { method, url: req.url ?? "" })
-                fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
-              }
-            }
+            onSuccess: authorized
           })
         )
       )
