@@ -1,4 +1,5 @@
 /** Every setting of the MCPx broker, read once. Defaults never get in the way of normal use. */
+import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 
 export const mode = Config.literal("mixed", "open")("MCPX_MODE").pipe(
@@ -17,44 +18,29 @@ export const topicModes = Config.string("MCPX_TOPIC_MODES").pipe(
     )
   )
 )
-export const rate = Config.number("MCPX_RATE").pipe(
-  Config.withDescription("Envelopes per second per participant"),
-  Config.withDefault(100)
+export const rate = Settings.positiveNumber("MCPX_RATE", 100, "Envelopes per second per participant")
+export const burst = Settings.atLeast(
+  Settings.positiveNumber("MCPX_BURST", 200, "Burst per participant"),
+  "MCPX_BURST",
+  rate,
+  "MCPX_RATE"
 )
-export const burst = Config.number("MCPX_BURST").pipe(Config.withDescription("Burst per participant"), Config.withDefault(200))
-export const chatRate = Config.number("MCPX_CHAT_RATE").pipe(
-  Config.withDescription("Chat envelopes per second per participant (also counted in MCPX_RATE)"),
-  Config.withDefault(100)
+export const chatRate = Settings.positiveNumber("MCPX_CHAT_RATE", 100, "Chat envelopes per second per participant (also counted in MCPX_RATE)")
+export const chatBurst = Settings.atLeast(
+  Settings.positiveNumber("MCPX_CHAT_BURST", 200, "Chat burst per participant"),
+  "MCPX_CHAT_BURST",
+  chatRate,
+  "MCPX_CHAT_RATE"
 )
-export const chatBurst = Config.number("MCPX_CHAT_BURST").pipe(
-  Config.withDescription("Chat burst per participant"),
-  Config.withDefault(200)
-)
-export const maxEnvelope = Config.integer("MCPX_MAX_ENVELOPE").pipe(
-  Config.withDescription("Largest envelope in bytes"),
-  Config.withDefault(64 * 1024)
-)
-export const maxParticipants = Config.integer("MCPX_MAX_PARTICIPANTS").pipe(
-  Config.withDescription("Participants per topic"),
-  Config.withDefault(1_000)
-)
-export const historyLimit = Config.integer("MCPX_HISTORY_LIMIT").pipe(
-  Config.withDescription("Envelopes kept per topic for GET /v0/topics/{topic}/history"),
-  Config.withDefault(1_000)
-)
-export const historyAge = Config.duration("MCPX_HISTORY_AGE").pipe(
-  Config.withDescription("How long a topic's history keeps an envelope"),
-  Config.withDefault("24 hours")
-)
-export const historyBytes = Config.integer("MCPX_HISTORY_BYTES").pipe(
-  Config.withDescription("Bytes of envelopes kept per topic's history; the oldest go first"),
-  Config.withDefault(4 * 1024 * 1024)
-)
-export const historyTotalBytes = Config.integer("MCPX_HISTORY_TOTAL_BYTES").pipe(
-  Config.withDescription(
-    "Bytes of history all topics keep together on the embedded bus; the oldest go first (on NATS, the account's JetStream limits bound it)"
-  ),
-  Config.withDefault(64 * 1024 * 1024)
+export const maxEnvelope = Settings.positiveInt("MCPX_MAX_ENVELOPE", 64 * 1024, "Largest envelope in bytes")
+export const maxParticipants = Settings.positiveInt("MCPX_MAX_PARTICIPANTS", 1_000, "Participants per topic")
+export const historyLimit = Settings.positiveInt("MCPX_HISTORY_LIMIT", 1_000, "Envelopes kept per topic for GET /v0/topics/{topic}/history")
+export const historyAge = Settings.duration("MCPX_HISTORY_AGE", "24 hours", "How long a topic's history keeps an envelope")
+export const historyBytes = Settings.positiveInt("MCPX_HISTORY_BYTES", 4 * 1024 * 1024, "Bytes of envelopes kept per topic's history; the oldest go first")
+export const historyTotalBytes = Settings.positiveInt(
+  "MCPX_HISTORY_TOTAL_BYTES",
+  64 * 1024 * 1024,
+  "Bytes of history all topics keep together on the embedded bus; the oldest go first (on NATS, the account's JetStream limits bound it)"
 )
 
 /** A journal's name for a topic: what the history API looks for without creating it. */
@@ -70,11 +56,13 @@ export const history = Config.all({ limit: historyLimit, age: historyAge, bytes:
     totalBytes: total
   }))
 )
-export const topicIdle = Config.duration("MCPX_TOPIC_IDLE").pipe(
-  Config.withDescription("How long a topic stays set up after its last participant left; its history is kept either way"),
-  Config.withDefault("1 minute")
+export const topicIdle = Settings.nonNegativeDuration(
+  "MCPX_TOPIC_IDLE",
+  "1 minute",
+  "How long a topic stays set up after its last participant left; its history is kept either way"
 )
-export const replicaHeartbeat = Config.duration("BROKER_REPLICA_HEARTBEAT").pipe(
-  Config.withDescription("Liveness period of a broker replica; survivors adopt its sockets and topics after it stops"),
-  Config.withDefault("2 seconds")
+export const replicaHeartbeat = Settings.duration(
+  "BROKER_REPLICA_HEARTBEAT",
+  "2 seconds",
+  "Liveness period of a broker replica; survivors adopt its sockets and topics after it stops"
 )

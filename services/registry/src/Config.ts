@@ -1,70 +1,51 @@
 /** Every setting of the tool registry, read once. The defaults are the MCP-B spec's numbers. */
-import * as Config from "effect/Config"
+import { Settings } from "@switchboard/protocol"
 
-export const callTimeout = Config.duration("REGISTRY_CALL_TIMEOUT").pipe(
-  Config.withDescription("How long one tools/call waits for the tab's answer"),
-  Config.withDefault("10 seconds")
+export const callTimeout = Settings.duration("REGISTRY_CALL_TIMEOUT", "10 seconds", "How long one tools/call waits for the tab's answer")
+export const retries = Settings.nonNegativeInt("REGISTRY_CALL_RETRIES", 3, "How often a call is sent again when its tab closes mid-call", "no retry")
+export const retryBackoff = Settings.nonNegativeDuration("REGISTRY_RETRY_BACKOFF", "1 second", "The pause before such a retry")
+export const tabWait = Settings.duration(
+  "REGISTRY_TAB_WAIT",
+  "10 seconds",
+  "How long a call to a cached tool waits for the tab it had opened to register the tool"
 )
-export const retries = Config.integer("REGISTRY_CALL_RETRIES").pipe(
-  Config.withDescription("How often a call is sent again when its tab closes mid-call"),
-  Config.withDefault(3)
+export const staleTabAge = Settings.duration("REGISTRY_STALE_TAB_AGE", "1 hour", "Tab entries whose socket is gone are pruned once this old")
+export const authTimeout = Settings.duration(
+  "REGISTRY_AUTH_TIMEOUT",
+  "10 seconds",
+  "How long a /hub socket without a token has to send authenticate, and a /tabs socket browser/hello"
 )
-export const retryBackoff = Config.duration("REGISTRY_RETRY_BACKOFF").pipe(
-  Config.withDescription("The pause before such a retry"),
-  Config.withDefault("1 second")
+export const pageSize = Settings.positiveInt("REGISTRY_PAGE_SIZE", 100, "Tools per tools/list page")
+export const pageBytes = Settings.positiveInt(
+  "REGISTRY_PAGE_BYTES",
+  512 * 1024,
+  "Bytes of tools per tools/list page (a page always holds at least one tool); keep it under the bus's largest message (NATS: 1 MiB by default) and the edge's EDGE_OUTBOUND_HWM"
 )
-export const tabWait = Config.duration("REGISTRY_TAB_WAIT").pipe(
-  Config.withDescription("How long a call to a cached tool waits for the tab it had opened to register the tool"),
-  Config.withDefault("10 seconds")
+export const maxToolBytes = Settings.positiveInt(
+  "REGISTRY_MAX_TOOL_BYTES",
+  64 * 1024,
+  "Largest tool a tab may register, as JSON (name, title, description, schemas, annotations); bigger ones are rejected"
 )
-export const staleTabAge = Config.duration("REGISTRY_STALE_TAB_AGE").pipe(
-  Config.withDescription("Tab entries whose socket is gone are pruned once this old"),
-  Config.withDefault("1 hour")
+export const warningInterval = Settings.duration(
+  "REGISTRY_WARNING_INTERVAL",
+  "10 seconds",
+  "At most one warning per /tabs socket this often about what it sent; the next one counts those held back"
 )
-export const authTimeout = Config.duration("REGISTRY_AUTH_TIMEOUT").pipe(
-  Config.withDescription("How long a /hub socket without a token has to send authenticate, and a /tabs socket browser/hello"),
-  Config.withDefault("10 seconds")
+export const maxToolsPerTab = Settings.positiveInt("REGISTRY_MAX_TOOLS_PER_TAB", 256, "Tools one tab may register; the rest are rejected")
+export const maxPending = Settings.positiveInt("REGISTRY_MAX_PENDING", 1_000, "Calls in flight per /hub session")
+export const replicaHeartbeat = Settings.duration(
+  "REGISTRY_REPLICA_HEARTBEAT",
+  "2 seconds",
+  "Liveness period of a registry replica; survivors adopt its sockets after it stops"
 )
-export const pageSize = Config.integer("REGISTRY_PAGE_SIZE").pipe(
-  Config.withDescription("Tools per tools/list page"),
-  Config.withDefault(100)
+export const httpReplayEvents = Settings.nonNegativeInt(
+  "REGISTRY_HTTP_REPLAY_EVENTS",
+  100,
+  "Server-initiated events a Streamable HTTP /hub session keeps for a GET stream that resumes with Last-Event-ID", "no replay"
 )
-export const pageBytes = Config.integer("REGISTRY_PAGE_BYTES").pipe(
-  Config.withDescription(
-    "Bytes of tools per tools/list page (a page always holds at least one tool); keep it under the bus's largest message (NATS: 1 MiB by default) and the edge's EDGE_OUTBOUND_HWM"
-  ),
-  Config.withDefault(512 * 1024)
-)
-export const maxToolBytes = Config.integer("REGISTRY_MAX_TOOL_BYTES").pipe(
-  Config.withDescription("Largest tool a tab may register, as JSON (name, title, description, schemas, annotations); bigger ones are rejected"),
-  Config.withDefault(64 * 1024)
-)
-export const warningInterval = Config.duration("REGISTRY_WARNING_INTERVAL").pipe(
-  Config.withDescription("At most one warning per /tabs socket this often about what it sent; the next one counts those held back"),
-  Config.withDefault("10 seconds")
-)
-export const maxToolsPerTab = Config.integer("REGISTRY_MAX_TOOLS_PER_TAB").pipe(
-  Config.withDescription("Tools one tab may register; the rest are rejected"),
-  Config.withDefault(256)
-)
-export const maxPending = Config.integer("REGISTRY_MAX_PENDING").pipe(
-  Config.withDescription("Calls in flight per /hub session"),
-  Config.withDefault(1_000)
-)
-export const replicaHeartbeat = Config.duration("REGISTRY_REPLICA_HEARTBEAT").pipe(
-  Config.withDescription("Liveness period of a registry replica; survivors adopt its sockets after it stops"),
-  Config.withDefault("2 seconds")
-)
-export const httpReplayEvents = Config.integer("REGISTRY_HTTP_REPLAY_EVENTS").pipe(
-  Config.validate({ message: "REGISTRY_HTTP_REPLAY_EVENTS must be 0 or more", validation: (n) => n >= 0 }),
-  Config.withDescription("Server-initiated events a Streamable HTTP /hub session keeps for a GET stream that resumes with Last-Event-ID"),
-  Config.withDefault(100)
-)
-export const httpReplayAge = Config.duration("REGISTRY_HTTP_REPLAY_AGE").pipe(
-  Config.withDescription("How long a Streamable HTTP /hub session keeps an event for resumption"),
-  Config.withDefault("5 minutes")
-)
-export const httpSessionIdle = Config.duration("REGISTRY_HTTP_SESSION_IDLE").pipe(
-  Config.withDescription("A Streamable HTTP /hub session without any request for this long ends (its id then gets 404)"),
-  Config.withDefault("30 minutes")
+export const httpReplayAge = Settings.duration("REGISTRY_HTTP_REPLAY_AGE", "5 minutes", "How long a Streamable HTTP /hub session keeps an event for resumption")
+export const httpSessionIdle = Settings.duration(
+  "REGISTRY_HTTP_SESSION_IDLE",
+  "30 minutes",
+  "A Streamable HTTP /hub session without any request for this long ends (its id then gets 404)"
 )

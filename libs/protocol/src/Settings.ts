@@ -1,0 +1,112 @@
+/**
+ * Settings as people type them, with the range each one needs: whole numbers, rates and durations
+ * (`30s`, `5m`, `1h`, `250ms`, `2d` or Effect's `30 seconds`). A refusal names the variable, the
+ * value and what is expected, so that a process can print `describe(error)` as its one line.
+ */
+import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Duration from "effect/Duration"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+
+type Parse<A> = (text: string) => Either.Either<A, ConfigError.ConfigError>
+
+const shown = (text: string) => (text.trim() === text && text !== "" ? text : JSON.stringify(text))
+
+const refuse = (name: string, expected: string, text: string) =>
+  Either.left(ConfigError.InvalidData([], `${name} must be ${expected}, got ${shown(text)}`))
+
+const setting = <A>(name: string, parse: (name: string) => Parse<A>, fallback: A, description: string): Config.Config<A> =>
+  Config.string(name).pipe(
+    Config.mapOrFail(parse(name)),
+    Config.withDescription(description),
+    Config.withDefault(fallback)
+  )
+
+const wholeNumber = (min: number, max: number, expected: string) => (name: string): Parse<number> => (text) => {
+  const n = text.trim() === "" ? Number.NaN : Number(text)
+  return Number.isSafeInteger(n) && n >= min && n <= max ? Either.right(n) : refuse(name, expected, text)
+}
+
+/** A count or size that must be at least 1. */
+export const positiveInt = (name: string, fallback: number, description: string) =>
+  setting(name, wholeNumber(1, Number.MAX_SAFE_INTEGER, "a whole number > 0"), fallback, description)
+
+/** A count where 0 has a meaning of its own (usually "no limit"), spelled out in `zero`. */
+export const nonNegativeInt = (name: string, fallback: number, description: string, zero?: string) =>
+  setting(
+    name,
+    wholeNumber(0, Number.MAX_SAFE_INTEGER, zero === undefined ? "a whole number >= 0" : `a whole number >= 0 (0 is ${zero})`),
+    fallback,
+    description
+  )
+
+/** A whole number from `min` to `max`, e.g. a port. */
+export const intBetween = (name: string, min: number, max: number, fallback: number, description: string) =>
+  setting(name, wholeNumber(min, max, `a whole number from ${min} to ${max}`), fallback, description)
+
+/** A rate or other quantity that may have a fraction but must be more than 0. */
+export const positiveNumber = (name: string, fallback: number, description: string) =>
+  setting(
+    name,
+    (name) => (text) => {
+      const n = text.trim() === "" ? Number.NaN : Number(text)
+      return Number.isFinite(n) && n > 0 ? Either.right(n) : refuse(name, "a number > 0", text)
+    },
+    fallback,
+    description
+  )
+
+const UNITS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
+const SHORT = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/
+
+/** `30s`, `5m`, `1h`, `250ms`, `2d`, or what Effect's Config.duration takes (`30 seconds`). */
+export const parseDuration = (text: string): Option.Option<Duration.Duration> => {
+  const trimmed = text.trim()
+  if (trimmed.startsWith("-")) return Option.none()
+  const short = SHORT.exec(trimmed)
+  if (short !== null) return Option.some(Duration.millis(Number(short[1]) * UNITS[short[2] as keyof typeof UNITS]))
+  return Option.filter(Duration.decodeUnknown(trimmed), Duration.isFinite)
+}
+
+const DURATION = "a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds"
+
+const durationOver = (allowZero: boolean) => (name: string): Parse<Duration.Duration> => (text) =>
+  Option.match(parseDuration(text), {
+    onNone: () => refuse(name, DURATION, text),
+    onSome: (d) =>
+      allowZero || Duration.greaterThan(d, Duration.zero) ? Either.right(d) : refuse(name, `${DURATION}, more than 0`, text)
+  })
+
+/** A timeout or interval: more than 0, since a zero one would fire at once or spin. */
+export const duration = (name: string, fallback: Duration.DurationInput, description: string) =>
+  setting(name, durationOver(false), Duration.decode(fallback), description)
+
+/** A pause or grace period where 0 means "none". */
+export const nonNegativeDuration = (name: string, fallback: Duration.DurationInput, description: string) =>
+  setting(name, durationOver(true), Duration.decode(fallback), description)
+
+/** `self` (a burst, say) refused when below `floor` (its rate): a bucket smaller than one second's refill never fills. */
+export const atLeast = (self: Config.Config<number>, name: string, floor: Config.Config<number>, floorName: string) =>
+  Config.all([self, floor]).pipe(
+    Config.mapOrFail(([value, min]) =>
+      value >= min
+        ? Either.right(value)
+        : Either.left(ConfigError.InvalidData([], `${name} must be at least ${floorName} (${min}), got ${value}`))
+    )
+  )
+
+/** One line for a person: each refusal's own message, naming its variable. */
+export const describe = (error: ConfigError.ConfigError): string => {
+  switch (error._op) {
+    case "And":
+      return `${describe(error.left)}; ${describe(error.right)}`
+    case "Or":
+      return `${describe(error.left)} (or: ${describe(error.right)})`
+    default: {
+      const name = error.path.join("_")
+      const message = error.message.replace(/\s+/g, " ")
+      return name === "" || message.includes(name) ? message : `${name}: ${message}`
+    }
+  }
+}
