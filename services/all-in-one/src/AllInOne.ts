@@ -3,12 +3,17 @@
  * `NATS_URL` is set. Production runs the same layers one per process (each service's main.ts).
  */
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
+import * as AuthConfig from "@switchboard/auth/Config"
+import { Broker, BrokerConfig } from "@switchboard/broker"
 import { BusConfig } from "@switchboard/bus"
-import { Edge } from "@switchboard/edge"
-import { Broker } from "@switchboard/broker"
+import { Edge, EdgeConfig } from "@switchboard/edge"
+import { Settings } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
+import * as RegistryConfig from "@switchboard/registry/Config"
 import { Router } from "@switchboard/router"
+import * as RouterConfig from "@switchboard/router/Config"
 import { Logging, Telemetry } from "@switchboard/telemetry"
+import * as Config from "effect/Config"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -42,3 +47,24 @@ export const layer = services.pipe(
   Layer.provide(Telemetry.layer("switchboard")),
   Layer.provide(Logging.layer)
 )
+
+/** Every setting the process reads, so that a bad one is refused before anything starts or prints. */
+export const settings = Config.all(
+  [AuthConfig, BrokerConfig, BusConfig, EdgeConfig, Logging, RegistryConfig, RouterConfig].flatMap((module) =>
+    Object.values(module).filter(Config.isConfig)
+  )
+)
+
+/**
+ * `npm start`: an invalid setting ends the process with one line on stderr and exit code 1, before
+ * the dev token is printed; only then do the layers start (and run until SIGTERM/SIGINT).
+ */
+export const main = Effect.matchEffect(settings, {
+  onFailure: (error) =>
+    Console.error(`switchboard: ${Settings.describe(error)}`).pipe(
+      Effect.zipRight(Effect.sync(() => {
+        process.exitCode = 1
+      }))
+    ),
+  onSuccess: () => Layer.launch(layer)
+})
