@@ -5,7 +5,7 @@
  * per frame, and an Effect per frame would cost more than the relay itself.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Bus, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
@@ -25,7 +25,6 @@ import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { WebSocket, WebSocketServer } from "ws"
 import * as EdgeConfig from "./Config.ts"
-import { ConnectionLimit } from "./ConnectionLimit.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import { type HttpRouteTable, type Route, type RouteTable, standard, standardHttp } from "./Routes.ts"
 import * as StreamableHttp from "./StreamableHttp.ts"

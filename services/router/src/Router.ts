@@ -7,7 +7,7 @@
  * extension's actor then asks it as the proxy itself, with `proxy:` ids, and owns those requests.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -19,11 +19,10 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
 import * as RouterConfig from "./Config.ts"
-import { UserQuota } from "./UserQuota.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -128,8 +127,19 @@ export const make = Effect.gen(function*() {
     if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
     return b
   }
-  const clientSeats = new UserQuota(config.maxClientsPerUser)
-  const extensionSeats = new UserQuota(config.maxExtensionsPerUser)
+  // The edge cannot cap these users' sockets: on `/mcp` and `/extension` it learns the user only
+  // in-band. Counted in memory, per replica: exact across replicas would cost a KV write per socket.
+  const clientSeats = new ConnectionLimit(config.maxClientsPerUser)
+  const extensionSeats = new ConnectionLimit(config.maxExtensionsPerUser)
+  /**
+   * Takes one of `user`'s seats until `scope` closes; false, taking nothing, at the cap. `force`
+   * takes one regardless: a socket adopted from another replica was admitted there.
+   */
+  const seat = (seats: ConnectionLimit, user: string, scope: Scope.Scope, force = false) =>
+    Effect.suspend(() => {
+      const release = seats.take(user, force)
+      return release === undefined ? Effect.succeed(false) : Effect.as(Scope.addFinalizer(scope, Effect.sync(release)), true)
+    })
   // A budget outlives its user's clients by at most a minute, so users who come and go leave none.
   yield* Effect.sync(() => {
     for (const user of userBudgets.keys()) if (clientSeats.count(user) === 0) userBudgets.delete(user)
@@ -167,7 +177,7 @@ export const make = Effect.gen(function*() {
         )
         if (Option.isSome(record) && record.value.value.conn === conn.id) {
           ext = record.value.value
-          yield* extensionSeats.take(user, scope, true)
+          yield* seat(extensionSeats, user, scope, true)
           const all = yield* proxies.values().pipe(orWarn(`could not read the proxy connections of adopted extension ${extensionId}`, []))
           for (const { value: p } of all) {
             if (p.extensionConn === conn.id) attached.set(p.connectionId, { conn: Subjects.ConnId(p.clientConn) })
@@ -196,7 +206,7 @@ export const make = Effect.gen(function*() {
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
           const user = claims.right.sub
-          if (!(yield* extensionSeats.take(user, scope))) {
+          if (!(yield* seat(extensionSeats, user, scope))) {
             yield* Effect.logWarning(`refused an extension of ${user}: it has ${config.maxExtensionsPerUser} on this replica`)
             return conn.close(CloseCode.PolicyViolation, `Too many connections for this user (limit ${config.maxExtensionsPerUser} extensions)`)
           }
@@ -405,7 +415,7 @@ export const make = Effect.gen(function*() {
       const saved = restored ? yield* recall(conn) : Option.none()
       if (Option.isSome(saved) && saved.value.role === "client") {
         user = saved.value.user
-        yield* clientSeats.take(user, scope, true)
+        yield* seat(clientSeats, user, scope, true)
         const connectionId = saved.value.connectionId
         if (connectionId !== undefined) {
           const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
@@ -461,7 +471,7 @@ export const make = Effect.gen(function*() {
           const claims = yield* Effect.either(auth.verify(token))
           if (Either.isLeft(claims)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${claims.left.reason}`))
           const who = claims.right.sub
-          if (!(yield* clientSeats.take(who, scope))) {
+          if (!(yield* seat(clientSeats, who, scope))) {
             yield* Effect.logWarning(`refused an MCP client of ${who}: it has ${config.maxClientsPerUser} on this replica`)
             return send(failure(request.id, ErrorCode.ServerError, `Too many connections for this user (limit ${config.maxClientsPerUser} MCP clients)`))
           }

@@ -1,6 +1,7 @@
 /**
  * Open connections counted per key (a remote address, a user), refused past a limit, so that one
- * peer cannot hold the sockets, memory and actors that everyone else needs. A count is dropped
+ * peer cannot hold the sockets, memory and actors that everyone else needs. The edge counts what
+ * it knows at the upgrade; the router counts users who authenticate in-band. A count is dropped
  * when it reaches zero: keys that come and go cost nothing once their sockets are gone.
  */
 export class ConnectionLimit {
@@ -11,12 +12,13 @@ export class ConnectionLimit {
 
   /**
    * Takes a slot for `key`: the function that gives it back (idempotent), or undefined when `key`
-   * already holds `max`.
+   * already holds `max`. `force` takes one regardless (a socket adopted from another replica was
+   * admitted there).
    */
-  take(key: string): (() => void) | undefined {
+  take(key: string, force = false): (() => void) | undefined {
     if (this.max <= 0) return noop
     const n = this.open.get(key) ?? 0
-    if (n >= this.max) return undefined
+    if (n >= this.max && !force) return undefined
     this.open.set(key, n + 1)
     let held = true
     return () => {
@@ -28,9 +30,9 @@ export class ConnectionLimit {
     }
   }
 
-  /** How many keys hold at least one slot. */
-  get keys(): number {
-    return this.open.size
+  /** Slots `key` holds now. */
+  count(key: string): number {
+    return this.open.get(key) ?? 0
   }
 }
 

@@ -1,0 +1,29 @@
+/** The per-key cap on connections: slots are taken up to the limit and come back once each. */
+import { describe, expect, it } from "@effect/vitest"
+import { ConnectionLimit } from "../src/ConnectionLimit.ts"
+
+describe("ConnectionLimit", () => {
+  it("takes slots up to the limit per key, forces one past it, and frees each once", () => {
+    const limit = new ConnectionLimit(2)
+    const a = limit.take("alice")
+    const b = limit.take("alice")
+    expect(limit.take("alice")).toBeUndefined()
+    expect(limit.take("bob")).toBeDefined()
+    const forced = limit.take("alice", true)
+    expect(limit.count("alice")).toBe(3)
+    a?.()
+    a?.()
+    forced?.()
+    expect(limit.count("alice")).toBe(1)
+    b?.()
+    expect(limit.count("alice")).toBe(0)
+    expect(limit.count("bob")).toBe(1)
+    expect(limit.take("alice")).toBeDefined()
+  })
+
+  it("with a limit of 0 refuses nothing and counts nothing", () => {
+    const limit = new ConnectionLimit(0)
+    for (let i = 0; i < 5; i++) expect(limit.take("alice")).toBeDefined()
+    expect(limit.count("alice")).toBe(0)
+  })
+})
