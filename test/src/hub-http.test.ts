@@ -6,7 +6,6 @@
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Edge } from "@switchboard/edge"
@@ -21,9 +20,8 @@ import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
-import * as z from "zod"
 import { busLayer, namespace, stack, token } from "./support/Stack.ts"
-import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+import { hub, page, progressPage, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 const services = Layer.mergeAll(Router.layer, Registry.layer)
 const urlOf = (ctx: Context.Context<Edge.EdgeServer>) => Context.get(ctx, Edge.EdgeServer).url
@@ -223,18 +221,7 @@ describe("/hub over Streamable HTTP", () => {
     Effect.gen(function*() {
       const base = yield* start()
       const ws = base.replace("http", "ws")
-      const server = new McpServer({ name: "long", version: "1.0.0" })
-      server.registerTool("long", { inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
-        for (let i = 1; i <= steps; i++) {
-          const progressToken = extra._meta?.progressToken
-          if (progressToken !== undefined) {
-            await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, total: steps } })
-          }
-          // Progress sent in the same instant as the result could reach the SDK client after it.
-          await new Promise((resolve) => setTimeout(resolve, 20))
-        }
-        return { content: [{ type: "text", text: `done ${steps}` }] }
-      })
+      const server = progressPage()
       yield* tab(ws, server, { user: "alice", tabId: 1, url: "https://work.example.com/" })
       const { changes, client } = yield* httpHub(base, "alice")
       yield* toolsUntil(client, (n) => n.length === 1)

@@ -5,7 +5,6 @@
  * runs the same service across NATS and OS processes.
  */
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js"
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Kv, Subjects } from "@switchboard/bus"
 import { Registry as RegistryProtocol } from "@switchboard/protocol"
@@ -17,11 +16,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as z from "zod"
 import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
-import { hub, page, rawHub, tab, textOf, toolsUntil } from "./support/Tabs.ts"
+import { hub, page, progressPage, rawHub, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 import { until } from "./support/Until.ts"
 
 const build = (env: Record<string, string> = {}) => Layer.build(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env }))
@@ -190,27 +188,15 @@ describe("MCP-B tool registry", () => {
   it.scopedLive("progress is relayed from the tab, and a cancel from the client reaches the tab", () =>
     Effect.gen(function*() {
       const ws = yield* start()
-      const server = new McpServer({ name: "long", version: "1.0.0" })
       let aborted = false
       let holding = false
       const hold = gate()
-      server.registerTool("long", { inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
-        for (let i = 1; i <= steps; i++) {
-          const progressToken = extra._meta?.progressToken
-          if (progressToken !== undefined) {
-            await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, total: steps } })
-          }
-          // Real work takes a while. (The SDK client runs notification handlers a microtask after
-          // it settles a response that arrived in the same read, so progress sent in the same
-          // instant as the result would reach it too late.)
-          await new Promise((resolve) => setTimeout(resolve, 20))
-        }
+      const server = progressPage(async (steps, extra) => {
         extra.signal.addEventListener("abort", () => (aborted = true))
         if (steps > 2) {
           holding = true
           await hold.promise
         }
-        return { content: [{ type: "text", text: `done ${steps}` }] }
       })
       yield* tab(ws, server, { user: "alice", tabId: 1, url: "https://work.example.com/" })
       const { client } = yield* hub(ws, "alice")

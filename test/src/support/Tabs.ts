@@ -9,7 +9,8 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { WebSocketClientTransport } from "@modelcontextprotocol/sdk/client/websocket.js"
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js"
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
-import { ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
+import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js"
+import { type ServerNotification, type ServerRequest, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
 import { expect } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
@@ -148,6 +149,31 @@ export const page = (label: string, tools: ReadonlyArray<string>, options: PageO
       }
     )
   }
+  return server
+}
+
+type ToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification>
+
+/**
+ * A page whose tool `long` reports `steps` progress notifications, 20 ms apart, then answers
+ * `done <steps>`; `then` runs between the two (to hold the call, or watch for its cancellation).
+ * Real work takes a while: the SDK client runs notification handlers a microtask after it settles
+ * a response that arrived in the same read, so progress sent in the same instant as the result
+ * would reach it too late.
+ */
+export const progressPage = (then?: (steps: number, extra: ToolExtra) => Promise<void>) => {
+  const server = new McpServer({ name: "long", version: "1.0.0" })
+  server.registerTool("long", { inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
+    for (let i = 1; i <= steps; i++) {
+      const progressToken = extra._meta?.progressToken
+      if (progressToken !== undefined) {
+        await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, total: steps } })
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    await then?.(steps, extra)
+    return { content: [{ type: "text" as const, text: `done ${steps}` }] }
+  })
   return server
 }
 
