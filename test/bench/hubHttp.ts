@@ -11,13 +11,11 @@ import * as Effect from "effect/Effect"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { percentile, type Result, type Shape } from "./load.ts"
-import { SECONDS, shapes } from "./measure.ts"
-import { costs, type Groups, issueToken, measuredWindow, Ready, sample, startServer, startService, type Started, unlimited, wsUrl } from "./processes.ts"
-import { measure } from "./measure.ts"
+import { measure, measureWith, SECONDS, WARMUP } from "./measure.ts"
+import { issueToken, Ready, startServer, startService, type Started, unlimited, wsUrl } from "./processes.ts"
 import { benchTab, hubLoad, TOOL } from "./registry.ts"
 import { print, report, round2, type ThroughputLine } from "./report.ts"
 
-const WARMUP = 0.5
 
 /** One POST on a kept-alive connection; the status and the body. */
 const post = (agent: Http.Agent, url: URL, headers: Record<string, string>, body: string) =>
@@ -129,25 +127,10 @@ const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge
   return { msgsPerSec: Math.round(count / elapsed), p50Us: Math.round(percentile(sorted, 50)), p99Us: Math.round(percentile(sorted, 99)), count }
 }
 
-const measureHttp = (name: string, server: Started, path: string, prepare: Prepare, onError: () => void) =>
-  Effect.forEach(shapes, ([shape, load]) =>
-    Effect.gen(function*() {
-      const groups: Groups = [["server", [server]]]
-      const window = measuredWindow(() => sample(groups), `hub-http ${name} ${shape}`)
-      const url = new URL(`${wsUrl(server, path).replace(/^ws/, "http")}`)
-      const r = yield* Effect.tryPromise(() => runHttp(url, prepare, load, window.onWindow, onError))
-      const line: ThroughputLine = {
-        suite: "hub-http",
-        target: name,
-        shape,
-        msgs_per_s: r.msgsPerSec,
-        p50_us: r.p50Us,
-        p99_us: r.p99Us,
-        ...costs(groups, window.opened(), window.closed(), r.count, "msg")
-      }
-      return line
-    })
-  )
+const measureHttp = (name: string, server: Started, path: string, prepare: Prepare, onError: () => void) => {
+  const url = new URL(`${wsUrl(server, path).replace(/^ws/, "http")}`)
+  return measureWith("hub-http", name, [["server", [server]]], (shape, onWindow) => runHttp(url, prepare, shape, onWindow, onError))
+}
 
 export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   const token = yield* issueToken({ sub: "bench-user", ttl: "1 hour" })

@@ -5,7 +5,7 @@ import { costs, type Groups, type Measured, measuredWindow, sample, type Started
 import { print, round2, type ThroughputLine } from "./report.ts"
 
 export const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
-const WARMUP = 0.5
+export const WARMUP = 0.5
 export const shapes: ReadonlyArray<readonly [string, Shape]> = [
   ["1x1", { clients: 1, inFlight: 1 }],
   ["50x10", { clients: 50, inFlight: 10 }]
@@ -20,21 +20,23 @@ export interface Target {
   readonly load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">
 }
 
-/** Every shape against one running target; CPU is sampled over exactly the measured window. */
-export const measure = (suite: string, target: Target) =>
+/**
+ * Every shape through `runShape` (a closed loop that calls `onWindow` as its measured window opens
+ * and closes); the processes in `groups` have their CPU sampled over exactly that window.
+ */
+export const measureWith = (
+  suite: string,
+  name: string,
+  groups: Groups,
+  runShape: (shape: Shape, onWindow: (edge: "open" | "close") => void) => Promise<Result>
+) =>
   Effect.forEach(shapes, ([shape, load]) =>
     Effect.gen(function*() {
-      const groups: Groups = [
-        ["server", target.server],
-        ...Object.entries(target.apart ?? {}).flatMap(([key, p]) => (p === undefined ? [] : [[key, [p]] as const]))
-      ]
-      const window = measuredWindow(() => sample(groups), `${suite} ${target.name} ${shape}`)
-      const r = yield* Effect.tryPromise(() =>
-        run({ ...target.load, shape: load, seconds: SECONDS, warmupSeconds: WARMUP, onWindow: window.onWindow })
-      )
+      const window = measuredWindow(() => sample(groups), `${suite} ${name} ${shape}`)
+      const r = yield* Effect.tryPromise(() => runShape(load, window.onWindow))
       const line: ThroughputLine = {
         suite,
-        target: target.name,
+        target: name,
         shape,
         msgs_per_s: r.msgsPerSec,
         p50_us: r.p50Us,
@@ -43,6 +45,18 @@ export const measure = (suite: string, target: Target) =>
       }
       return line
     })
+  )
+
+/** Every shape against one running WebSocket target. */
+export const measure = (suite: string, target: Target) =>
+  measureWith(
+    suite,
+    target.name,
+    [
+      ["server", target.server],
+      ...Object.entries(target.apart ?? {}).flatMap(([key, p]) => (p === undefined ? [] : [[key, [p]] as const]))
+    ],
+    (shape, onWindow) => run({ ...target.load, shape, seconds: SECONDS, warmupSeconds: WARMUP, onWindow })
   )
 
 export interface Paired {
