@@ -134,6 +134,30 @@ export type ConnectionRecord = typeof ConnectionRecord.Type
 
 const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
 const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
+const encodeOpen = Schema.encodeSync(Schema.parseJson(Edge.OpenEvent))
+const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenReply))
+
+/**
+ * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and returns its
+ * answer once the actor listens (see `host`). A socket and a Streamable HTTP session open alike.
+ */
+export const requestOpen = (
+  bus: BusShape,
+  service: Subjects.ServiceName,
+  conn: Subjects.ConnId,
+  edge: Subjects.EdgeId,
+  event: Edge.OpenEvent,
+  timeout: Duration.DurationInput
+) =>
+  bus.request(Subjects.open(service), encodeOpen(event), {
+    timeout,
+    headers: {
+      [Subjects.Header.op]: "open",
+      [Subjects.Header.conn]: conn,
+      [Subjects.Header.edge]: edge,
+      ...(event.claims === undefined ? {} : { [Subjects.Header.user]: event.claims.sub })
+    }
+  }).pipe(Effect.flatMap((m) => decodeOpenReply(text(m))))
 
 class IncomingFrame implements Frame {
   private decoded: string | undefined

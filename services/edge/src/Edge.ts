@@ -5,7 +5,7 @@
  * per frame, and an Effect per frame would cost more than the relay itself.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
@@ -81,8 +81,6 @@ interface Socket {
 
 const MAX_PENDING_FRAMES = 1024
 
-const encodeOpen = Schema.encodeSync(Schema.parseJson(EdgeProtocol.OpenEvent))
-const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.OpenReply))
 const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
 const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
 const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
@@ -414,35 +412,24 @@ const make = (options: EdgeOptions) =>
       else s.closedWith = [why, because]
     }
 
-    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent, user: string | undefined) =>
-      bus
-        .request(Subjects.open(s.route.service), encodeOpen(event), {
-          timeout: config.openTimeout,
-          headers: {
-            [Subjects.Header.op]: "open",
-            [Subjects.Header.conn]: s.id,
-            [Subjects.Header.edge]: edgeId,
-            ...(user === undefined ? {} : { [Subjects.Header.user]: user })
+    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) =>
+      Actors.requestOpen(bus, s.route.service, s.id, edgeId, event, config.openTimeout).pipe(
+        Effect.match({
+          onFailure: (e) => {
+            if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
+            if (e._tag === "RequestTimeout") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service did not answer`)
+            return closeSocket(s, CloseCode.InternalError, "could not start the session")
+          },
+          onSuccess: (reply) => {
+            if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
+            if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
+            s.state = "open"
+            const pending = s.pending
+            s.pending = []
+            for (const [data, limited] of pending) forward(s, data, limited)
           }
         })
-        .pipe(
-          Effect.flatMap((m) => decodeOpenReply(Bus.text(m))),
-          Effect.match({
-            onFailure: (e) => {
-              if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
-              if (e._tag === "RequestTimeout") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service did not answer`)
-              return closeSocket(s, CloseCode.InternalError, "could not start the session")
-            },
-            onSuccess: (reply) => {
-              if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
-              if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
-              s.state = "open"
-              const pending = s.pending
-              s.pending = []
-              for (const [data, limited] of pending) forward(s, data, limited)
-            }
-          })
-        )
+      )
 
     /** The frame limit of a path, and one ws server per limit (ws takes `maxPayload` per server). */
     const limitOf = (path: string) => config.maxPayloadByPath.get(path) ?? config.maxPayload
@@ -545,7 +532,7 @@ const make = (options: EdgeOptions) =>
         ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
         ...(claims === undefined ? {} : { claims })
       }
-      runFork(startSession(s, event, claims?.sub))
+      runFork(startSession(s, event))
     }
 
     const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })

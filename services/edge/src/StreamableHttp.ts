@@ -14,7 +14,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import * as Schema from "effect/Schema"
 import type * as ConfigError from "effect/ConfigError"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
@@ -64,8 +63,6 @@ interface Stream {
   readonly session: Subjects.ConnId
 }
 
-const encodeOpen = Schema.encodeSync(Schema.parseJson(EdgeProtocol.OpenEvent))
-const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.OpenReply))
 const SESSION = "mcp-session-id"
 const isVersion = (v: string): boolean => (Registry.HttpProtocolVersions as ReadonlyArray<string>).includes(v)
 
@@ -230,16 +227,7 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
         transport: "http"
       }
       runFork(
-        bus.request(Subjects.open(options.service), encodeOpen(event), {
-          timeout: options.openTimeout,
-          headers: {
-            [Subjects.Header.op]: "open",
-            [Subjects.Header.conn]: session,
-            [Subjects.Header.edge]: edgeId,
-            [Subjects.Header.user]: claims.sub
-          }
-        }).pipe(
-          Effect.flatMap((m) => decodeOpenReply(Bus.text(m))),
+        Actors.requestOpen(bus, options.service, session, edgeId, event, options.openTimeout).pipe(
           Effect.match({
             onFailure: (e) =>
               e._tag === "NoResponders" || e._tag === "RequestTimeout"
