@@ -14,6 +14,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import * as Net from "node:net"
@@ -93,8 +94,11 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
     const scope = yield* Scope.make()
     const done = yield* Deferred.make<void>()
     const inScope = <A, E>(effect: Effect.Effect<A, E, Scope.Scope>) => Scope.extend(effect, scope)
+    /** The traffic loops, awaited once `done` tells them to stop. */
+    const loops: Array<Fiber.RuntimeFiber<void>> = []
+    const loop = (body: Effect.Effect<void>) => Effect.tap(Effect.forkIn(body, scope), (fiber) => Effect.sync(() => loops.push(fiber)))
     const forkLoop = <E>(what: string, pace: Duration.DurationInput, body: Effect.Effect<void, E, Scope.Scope>) =>
-      Effect.forkIn(repeatUntil(done, pace, tally.run(what, Effect.scoped(body))), scope)
+      loop(repeatUntil(done, pace, tally.run(what, Effect.scoped(body))))
 
     // --- normal users -------------------------------------------------------------------------
 
@@ -105,7 +109,7 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
     const mcp = yield* inScope(client(ws, alice))
     const connectionId = yield* attach(mcp, ext.id)
     let n = 10
-    yield* Effect.forkIn(
+    yield* loop(
       repeatUntil(
         done,
         "2 millis",
@@ -119,8 +123,7 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
             }
           })
         )
-      ),
-      scope
+      )
     )
 
     // The tool hub: a tab's tool called by the SDK client through /hub.
@@ -129,7 +132,7 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
     const { client: hubClient } = yield* inScope(hub(ws, bob))
     const [tool] = yield* toolsUntil(hubClient, (names) => names.length === 1)
     let calls = 0
-    yield* Effect.forkIn(
+    yield* loop(
       repeatUntil(
         done,
         "2 millis",
@@ -141,15 +144,14 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
             if (textOf(result) !== `soak:echo:${text}`) return yield* Effect.dieMessage(`unexpected result ${JSON.stringify(result)}`)
           })
         )
-      ),
-      scope
+      )
     )
 
     // An MCPx room: carol chats, dave hears every message (paced under the chat rate limit).
     const topic = "soak"
     const carol = yield* inScope(join(ws, topic, { id: "carol", privilege: "full" }))
     const dave = yield* inScope(join(ws, topic, { id: "dave", privilege: "full" }))
-    yield* Effect.forkIn(
+    yield* loop(
       repeatUntil(
         done,
         "20 millis",
@@ -161,8 +163,7 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
             if (heard.id !== sent.id) return yield* Effect.dieMessage(`dave heard ${JSON.stringify(heard)} instead of ${sent.id}`)
           })
         )
-      ),
-      scope
+      )
     )
     const reader = yield* token({ sub: "reader" })
     yield* forkLoop(
@@ -318,8 +319,11 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
 
     yield* Effect.sleep(duration)
     yield* Deferred.succeed(done, undefined)
-    // Every loop finishes the round it is in; sockets close with the scope.
-    yield* Effect.sleep("2 seconds")
+    // Every loop finishes the round it is in; then sockets close with the scope.
+    yield* Fiber.awaitAll(loops).pipe(
+      Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("a traffic loop did not finish its round within 30s") }),
+      Effect.orDie
+    )
     yield* Scope.close(scope, Exit.void)
     return tally
   })
