@@ -145,6 +145,29 @@ describe("/hub over Streamable HTTP", () => {
       expect((yield* raw(base, { method: "POST", headers, body: ping })).status).toBe(404)
     }))
 
+  it.scopedLive("a user's sessions are capped: one more initialize gets 429 until one is deleted", () =>
+    Effect.gen(function*() {
+      const base = yield* start({ REGISTRY_MAX_HTTP_SESSIONS_PER_USER: "2" })
+      const t = yield* token({ sub: "alice" })
+      const first = yield* initialize(base, t)
+      yield* initialize(base, t)
+      const open = () =>
+        raw(base, { method: "POST", headers: { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json" }, body: JSON.stringify(INIT) })
+      const refused = yield* open()
+      expect(refused.status).toBe(429)
+      expect(refused.json()).toMatchObject({ error: { message: expect.stringContaining("too many Streamable HTTP sessions for this user (at most 2)") } })
+      // Another user is not held back by alice's sessions.
+      yield* initialize(base, yield* token({ sub: "bob" }))
+      const deleted = yield* raw(base, { method: "DELETE", headers: { authorization: `Bearer ${t}`, "mcp-session-id": first } })
+      expect(deleted.status).toBe(204)
+      // The session's actor ends a moment after the 204, and gives its seat back then.
+      const again = yield* open().pipe(
+        Effect.filterOrFail((r) => r.status === 200, (r) => r.status),
+        Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds")))
+      )
+      expect(again.headers.get("mcp-session-id")).toMatch(/^[0-9a-f-]{36}$/)
+    }))
+
   it.scopedLive("every refusal has the spec's status", () =>
     Effect.gen(function*() {
       const base = yield* start({ ALLOWED_ORIGINS: "https://app.example.com", EDGE_HTTP_MAX_BODY: "1024" })

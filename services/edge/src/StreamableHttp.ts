@@ -234,7 +234,10 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
                 ? fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
                 : fail(res, 500, JsonRpc.ErrorCode.InternalError, "could not start the session"),
             onSuccess: (reply) => {
-              if (!reply.ok) return fail(res, 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${reply.reason}`)
+              // A policy refusal (the user's sessions are at their cap) is this client's to fix; anything else is the service's.
+              if (!reply.ok) {
+                return fail(res, reply.code === EdgeProtocol.CloseCode.PolicyViolation ? 429 : 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${reply.reason}`)
+              }
               known.set(session, { user: claims.sub, until: Date.now() + config.sessionCache })
               if (!res.destroyed) forward(res, session, claims.sub, body, id)
             }

@@ -44,6 +44,11 @@ export const httpReplayEvents = Settings.nonNegativeInt(
   "Server-initiated events a Streamable HTTP /hub session keeps for a GET stream that resumes with Last-Event-ID", "no replay"
 )
 export const httpReplayAge = Settings.duration("REGISTRY_HTTP_REPLAY_AGE", "5 minutes", "How long a Streamable HTTP /hub session keeps an event for resumption")
+export const maxHttpSessionsPerUser = Settings.positiveInt(
+  "REGISTRY_MAX_HTTP_SESSIONS_PER_USER",
+  100,
+  "Streamable HTTP /hub sessions one user may hold at once, per registry replica (a session lives until DELETE or REGISTRY_HTTP_SESSION_IDLE)"
+)
 export const httpSessionIdle = Settings.duration(
   "REGISTRY_HTTP_SESSION_IDLE",
   "30 minutes",

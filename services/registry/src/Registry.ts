@@ -7,7 +7,7 @@
  * comes back through the tab's actor as a peer message.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Kv, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, Bus, ConnectionLimit, Kv, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
@@ -116,8 +116,12 @@ export const make = Effect.gen(function*() {
       replayEvents: yield* RegistryConfig.httpReplayEvents,
       replayAge: yield* RegistryConfig.httpReplayAge,
       idle: yield* RegistryConfig.httpSessionIdle
-    }
+    },
+    maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser
   }
+  // A Streamable HTTP session outlives its requests until DELETE or its idle timeout, so one user
+  // could otherwise open them without end. Counted per replica, as the router counts sockets.
+  const httpSessions = new ConnectionLimit(config.maxHttpSessionsPerUser)
   const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord)
   const cachedTools = Kv.typed(yield* kv.bucket(Subjects.Bucket.cachedTools), Registry.CachedToolRecord)
   const connections = yield* kv.bucket(Subjects.Bucket.connections)
@@ -336,6 +340,16 @@ export const make = Effect.gen(function*() {
       const http = conn.open.transport === "http"
       // A Streamable HTTP session is opened by the edge with the request's verified token, and never authenticates in-band.
       if (http && user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
+      if (http && user !== undefined) {
+        // An adopted session was admitted by the replica that had it.
+        const release = httpSessions.take(user, restored)
+        if (release === undefined) {
+          return yield* Effect.fail(
+            new Actors.Refuse(CloseCode.PolicyViolation, `too many Streamable HTTP sessions for this user (at most ${config.maxHttpSessionsPerUser}); DELETE one or let it expire`)
+          )
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(release))
+      }
       const transport = http ? yield* HubTransport.http(conn, link, config.http) : HubTransport.webSocket(conn)
       let view: Views.View | undefined
       /** Set once `initialize` was answered. */
