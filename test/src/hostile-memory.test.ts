@@ -128,11 +128,17 @@ const noneKept = (edge: Edge.EdgeServerShape, label: string, cyclesPerPath: numb
     yield* retained(`${label}: ${cyclesPerPath} socket cycles on each of ${paths.length} paths`, cycles(allCycles))
   })
 
+/**
+ * A safety limit, not a speed check: the embedded run takes about 54 s alone on two cores, and a
+ * loaded machine must not fail it on time.
+ */
+const LIMIT = 180_000
+
 describe("memory under anonymous load", () => {
   it.scopedLive("the embedded bus and the edge keep nothing per HTTP request or per closed socket", () =>
     Effect.gen(function*() {
       yield* noneKept(yield* startAll(), "embedded", CYCLES)
-    }), 60_000)
+    }), LIMIT)
 
   it.scopedLive("the NATS bus and the edge keep nothing per HTTP request or per closed socket", () =>
     Effect.gen(function*() {
@@ -141,5 +147,5 @@ describe("memory under anonymous load", () => {
       // what they exercise apart from the embedded run (the adapter's subscriptions and requests)
       // is the same on every path.
       yield* noneKept(yield* startAll(servers), "nats", CYCLES / 5)
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.provide(NatsServer.layer)), LIMIT)
 })
