@@ -1,0 +1,199 @@
+/**
+ * The service worker's half of the MCP-B bridge: one `/tabs` socket per tab whose page serves MCP,
+ * opened when the tab's content script first reports tools. It says `browser/hello` with the tab's
+ * real id, url and title (from `chrome.tabs`, never from the page), relays the page's tools, carries
+ * `browser/executeTool` to the page and its result back, and tells the registry when the tab is
+ * activated. The socket closes with the tab or its page; it comes back with backoff if it drops.
+ */
+import { Backoff } from "./Backoff.ts"
+import * as Settings from "./Settings.ts"
+import { type FromPage, type Id, isRecord, type PageTool, PortName, type ToPage } from "./Wire.ts"
+
+export interface TabState {
+  readonly tabId: number
+  readonly url: string | undefined
+  readonly title: string | undefined
+  readonly tools: ReadonlyArray<string>
+  readonly connected: boolean
+}
+
+class TabLink {
+  private socket: WebSocket | undefined
+  private retry: ReturnType<typeof setTimeout> | undefined
+  private readonly backoff = new Backoff()
+  private tools: ReadonlyArray<PageTool> | undefined
+  /** Whether this socket has registered the tools once (then changes are updateTools). */
+  private registered = false
+  private closed = false
+  url: string | undefined
+  title: string | undefined
+
+  constructor(
+    readonly tabId: number,
+    private readonly port: chrome.runtime.Port
+  ) {}
+
+  fromPage(message: FromPage) {
+    if (message.type === "tools") {
+      this.tools = message.tools
+      if (this.socket === undefined) {
+        if (this.retry === undefined) void this.open()
+      } else if (this.socket.readyState === WebSocket.OPEN) this.relayTools()
+    } else if (message.type === "result") {
+      this.send({ jsonrpc: "2.0", id: message.id, result: { success: message.success, payload: message.payload } })
+    }
+  }
+
+  activated() {
+    this.send({ jsonrpc: "2.0", method: "browser/activated", params: {} })
+  }
+
+  /** The page changed its url without a new document (history API): the registry keeps the latest. */
+  async moved() {
+    if (this.socket?.readyState === WebSocket.OPEN) await this.hello()
+  }
+
+  state(): TabState {
+    return {
+      tabId: this.tabId,
+      url: this.url,
+      title: this.title,
+      tools: (this.tools ?? []).map((t) => t.name),
+      connected: this.socket?.readyState === WebSocket.OPEN && this.registered
+    }
+  }
+
+  close() {
+    this.closed = true
+    if (this.retry !== undefined) clearTimeout(this.retry)
+    this.socket?.close(1000, "tab closed")
+    this.socket = undefined
+  }
+
+  /** Settings changed: a new socket with the new server or token. */
+  reopen() {
+    if (this.closed) return
+    if (this.retry !== undefined) clearTimeout(this.retry)
+    this.retry = undefined
+    const old = this.socket
+    this.socket = undefined
+    old?.close(1000, "settings changed")
+    this.backoff.reset()
+    if (this.tools !== undefined) void this.open()
+  }
+
+  private send(message: object) {
+    if (this.socket?.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message))
+  }
+
+  private relayTools() {
+    const method = this.registered ? "browser/updateTools" : "browser/registerTools"
+    this.registered = true
+    this.send({ jsonrpc: "2.0", method, params: { tools: this.tools ?? [], ...(this.url === undefined ? {} : { tabUrl: this.url }) } })
+  }
+
+  private async hello() {
+    const tab = await chrome.tabs.get(this.tabId).catch(() => undefined)
+    if (tab === undefined) return this.close()
+    this.url = tab.url
+    this.title = tab.title
+    this.send({
+      jsonrpc: "2.0",
+      method: "browser/hello",
+      params: { tabId: this.tabId, url: tab.url ?? "", ...(tab.title === undefined ? {} : { title: tab.title }), active: tab.active }
+    })
+  }
+
+  private async open() {
+    const settings = await Settings.read()
+    if (this.closed || this.socket !== undefined) return
+    if (settings.serverUrl === undefined || settings.token === undefined) return
+    const url = Settings.socketUrl(settings.serverUrl, "/tabs")
+    if (typeof url === "string") return
+    url.searchParams.set("token", settings.token)
+    const ws = new WebSocket(url)
+    this.socket = ws
+    this.registered = false
+    ws.onopen = () => {
+      void this.hello().then(() => {
+        if (this.socket === ws) this.relayTools()
+      })
+    }
+    ws.onmessage = (event) => {
+      if (typeof event.data === "string") this.fromHub(event.data)
+    }
+    ws.onclose = () => {
+      if (this.socket !== ws) return
+      this.socket = undefined
+      this.registered = false
+      if (this.closed) return
+      this.retry = setTimeout(() => {
+        this.retry = undefined
+        void this.open()
+      }, this.backoff.next())
+    }
+  }
+
+  private fromHub(text: string) {
+    let message: unknown
+    try {
+      message = JSON.parse(text)
+    } catch {
+      return
+    }
+    if (!isRecord(message)) return
+    const id = message["id"]
+    const params = message["params"]
+    if (message["method"] === "browser/executeTool" && (typeof id === "string" || typeof id === "number") && isRecord(params)) {
+      const toolName = params["toolName"]
+      if (typeof toolName !== "string") return this.send({ jsonrpc: "2.0", id, result: { success: false, payload: "browser/executeTool without toolName" } })
+      const args = isRecord(params["args"]) ? params["args"] : {}
+      this.toPage({ type: "execute", id: id satisfies Id, toolName, args })
+    } else if (!("method" in message)) {
+      // The answer to hello or registerTools: a good one resets the backoff.
+      if ("result" in message) this.backoff.reset()
+    }
+  }
+
+  private toPage(message: ToPage) {
+    try {
+      this.port.postMessage(message)
+    } catch {
+      this.send({ jsonrpc: "2.0", id: message.id, result: { success: false, payload: `tab ${this.tabId} went away before the call reached it` } })
+    }
+  }
+}
+
+const links = new Map<number, TabLink>()
+
+export const state = (): ReadonlyArray<TabState> => [...links.values()].map((l) => l.state())
+
+export const reopenAll = () => {
+  for (const link of links.values()) link.reopen()
+}
+
+const isFromPage = (u: unknown): u is FromPage =>
+  isRecord(u) && ((u["type"] === "tools" && Array.isArray(u["tools"])) || (u["type"] === "result" && typeof u["success"] === "boolean"))
+
+export const start = () => {
+  chrome.runtime.onConnect.addListener((port) => {
+    if (port.name !== PortName) return
+    const tabId = port.sender?.tab?.id
+    // Only a tab's top frame speaks for the tab.
+    if (tabId === undefined || port.sender?.frameId !== 0) return port.disconnect()
+    links.get(tabId)?.close()
+    const link = new TabLink(tabId, port)
+    links.set(tabId, link)
+    port.onMessage.addListener((message: unknown) => {
+      if (isFromPage(message)) link.fromPage(message)
+    })
+    port.onDisconnect.addListener(() => {
+      link.close()
+      if (links.get(tabId) === link) links.delete(tabId)
+    })
+  })
+  chrome.tabs.onActivated.addListener(({ tabId }) => links.get(tabId)?.activated())
+  chrome.tabs.onUpdated.addListener((tabId, info) => {
+    if (info.url !== undefined || info.title !== undefined) void links.get(tabId)?.moved()
+  })
+}

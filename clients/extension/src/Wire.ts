@@ -1,0 +1,78 @@
+/**
+ * The messages the extension's parts exchange: JSON-RPC 2.0 on its sockets, the content script's
+ * port to the service worker, and the `@mcp-b/transports` tab envelope on `window.postMessage`.
+ */
+
+export type Id = string | number
+
+export interface RpcError {
+  readonly code: number
+  readonly message: string
+}
+
+export type Json = Record<string, unknown>
+
+export const isRecord = (u: unknown): u is Json => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** An error a method throws to answer with a JSON-RPC error a person can act on. */
+export class MethodError extends Error {
+  constructor(
+    message: string,
+    readonly code: number = -32000
+  ) {
+    super(message)
+  }
+}
+
+export const InvalidParams = -32602
+export const MethodNotFound = -32601
+
+export const result = (id: Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value ?? {} })
+export const failure = (id: Id, error: RpcError) => JSON.stringify({ jsonrpc: "2.0", id, error })
+
+/** The error in a thrown value, for the wire. */
+export const errorOf = (e: unknown): RpcError =>
+  e instanceof MethodError ? { code: e.code, message: e.message } : { code: -32000, message: e instanceof Error ? e.message : String(e) }
+
+// --- the content script's port to the service worker --------------------------------------
+
+export const PortName = "switchboard-mcp-b"
+
+/** A tool as the page lists it (MCP `Tool`), every field kept. */
+export type PageTool = Json & { readonly name: string }
+
+/** Content script → service worker. */
+export type FromPage =
+  | { readonly type: "tools"; readonly tools: ReadonlyArray<PageTool> }
+  | { readonly type: "result"; readonly id: Id; readonly success: boolean; readonly payload: unknown }
+
+/** Service worker → content script. */
+export type ToPage = { readonly type: "execute"; readonly id: Id; readonly toolName: string; readonly args: Json }
+
+// --- the @mcp-b/transports tab envelope ------------------------------------------------------
+
+/** The channel `@mcp-b/global` serves on. */
+export const TabChannel = "mcp-default"
+/** The channel our MAIN-world script serves `document.modelContext` on, in the same envelope. */
+export const ModelContextChannel = "switchboard-model-context"
+
+export type Direction = "client-to-server" | "server-to-client"
+
+export interface Envelope {
+  readonly channel: string
+  readonly type: "mcp"
+  readonly direction: Direction
+  readonly payload: unknown
+}
+
+export const envelope = (channel: string, direction: Direction, payload: unknown): Envelope => ({ channel, type: "mcp", direction, payload })
+
+/** `data` as an envelope on `channel` going `direction`, or undefined. */
+export const envelopeOf = (data: unknown, channel: string, direction: Direction): Envelope | undefined =>
+  isRecord(data) && data["channel"] === channel && data["type"] === "mcp" && data["direction"] === direction ? (data as unknown as Envelope) : undefined
+
+/**
+ * Only the page's own window speaks for the page: a frame, another window or another origin can
+ * post to it too, and the page's MCP server posts with targetOrigin '*'.
+ */
+export const fromOwnWindow = (event: MessageEvent): boolean => event.source === window && event.origin === window.location.origin

@@ -1,0 +1,109 @@
+/**
+ * The content script (top frame, isolated world): finds the page's MCP server and bridges it to
+ * the service worker. Two ways to find one: `@mcp-b/global`'s tab transport (channel
+ * `mcp-default`), and `document.modelContext` as our MAIN-world script serves it (its own channel).
+ * The tab transport wins when both answer, since it is the page's full MCP server (annotations kept).
+ * Nothing connects to the service worker until the page has a server, so plain pages cost nothing.
+ */
+import { PageClient } from "./PageClient.ts"
+import { envelope, envelopeOf, fromOwnWindow, type Json, ModelContextChannel, PortName, TabChannel, type ToPage, isRecord } from "./Wire.ts"
+
+/** How long a modelContext-only page waits for a tab transport to show up as well. */
+const PREFER_TAB_TRANSPORT_MS = 300
+const TOOLS_DEBOUNCE_MS = 50
+
+let session: PageClient | undefined
+let port: chrome.runtime.Port | undefined
+let lastTools: ReadonlyArray<Json & { name: string }> | undefined
+let fallback: ReturnType<typeof setTimeout> | undefined
+let refresh: ReturnType<typeof setTimeout> | undefined
+
+const toWorker = (message: object) => {
+  if (port === undefined) connectPort()
+  port?.postMessage(message)
+}
+
+/** The port to the service worker; a worker that was stopped is started again by reconnecting. */
+const connectPort = () => {
+  const p = chrome.runtime.connect({ name: PortName })
+  port = p
+  p.onMessage.addListener((message: unknown) => {
+    if (isRecord(message) && message["type"] === "execute") void execute(message as unknown as ToPage)
+  })
+  p.onDisconnect.addListener(() => {
+    if (port !== p) return
+    port = undefined
+    // The worker was suspended or reloaded: say the tools again, so it reconnects this tab.
+    if (lastTools !== undefined) setTimeout(() => lastTools !== undefined && toWorker({ type: "tools", tools: lastTools }), 100)
+  })
+}
+
+const execute = async ({ id, toolName, args }: ToPage) => {
+  const current = session
+  if (current === undefined) return toWorker({ type: "result", id, success: false, payload: "the page's MCP server is gone" })
+  try {
+    toWorker({ type: "result", id, success: true, payload: await current.callTool(toolName, args) })
+  } catch (e) {
+    toWorker({ type: "result", id, success: false, payload: e instanceof Error ? e.message : String(e) })
+  }
+}
+
+const relayTools = async (client: PageClient) => {
+  try {
+    const tools = await client.listTools()
+    if (session !== client) return
+    lastTools = tools
+    toWorker({ type: "tools", tools })
+  } catch {
+    // The page's server stopped answering; its next list_changed or ready starts over.
+  }
+}
+
+const use = async (channel: string) => {
+  session?.close()
+  const client = new PageClient(channel, () => {
+    if (refresh !== undefined) clearTimeout(refresh)
+    refresh = setTimeout(() => void relayTools(client), TOOLS_DEBOUNCE_MS)
+  })
+  session = client
+  try {
+    await client.initialize()
+  } catch {
+    if (session === client) session = undefined
+    return
+  }
+  if (session === client) await relayTools(client)
+}
+
+const onReady = (channel: string) => {
+  if (session?.channel === TabChannel) return
+  if (channel === TabChannel) {
+    if (fallback !== undefined) clearTimeout(fallback)
+    return void use(TabChannel)
+  }
+  if (session !== undefined || fallback !== undefined) return
+  fallback = setTimeout(() => {
+    fallback = undefined
+    if (session === undefined) void use(ModelContextChannel)
+  }, PREFER_TAB_TRANSPORT_MS)
+}
+
+window.addEventListener("message", (event) => {
+  if (!fromOwnWindow(event)) return
+  for (const channel of [TabChannel, ModelContextChannel]) {
+    const payload = envelopeOf(event.data, channel, "server-to-client")?.payload
+    if (payload === "mcp-server-ready") onReady(channel)
+    if (payload === "mcp-server-stopped" && session?.channel === channel) {
+      session.close()
+      session = undefined
+    }
+  }
+})
+
+/** Asks both kinds of server to announce themselves: on start, and as the page's scripts arrive. */
+const checkReady = () => {
+  for (const channel of [TabChannel, ModelContextChannel]) window.postMessage(envelope(channel, "client-to-server", "mcp-check-ready"), window.location.origin)
+}
+checkReady()
+document.addEventListener("DOMContentLoaded", checkReady, { once: true })
+window.addEventListener("load", checkReady, { once: true })
