@@ -1,0 +1,70 @@
+// The outer frame: an MCP client of an inner server (standard architecture) or an MCP server for
+// an inner client (inverted). The test drives it through the functions on `window`.
+const pm = SwitchboardPostMessage
+const { Client, McpServer, z } = McpSdk
+
+window.log = []
+window.errors = []
+window.accepted = []
+addEventListener("message", (event) => {
+  if (event.data?.type === "MCP_TRANSPORT_ACCEPTED") accepted.push(event.data.sessionId)
+})
+
+const control = (kind) =>
+  kind === "popup" ? new pm.PopupControl() : new pm.IframeControl({ container: document.getElementById("frames"), attributes: { title: "server" } })
+const failure = (error) => ({ ok: false, reason: error.reason ?? null, message: error.message })
+
+window.setUp = async ({ kind, ...options }) => {
+  try {
+    const result = await pm.runSetup(control(kind), { ...options, onHandshake: (visible) => log.push({ setupVisible: visible }) })
+    return { ok: true, result }
+  } catch (error) {
+    return failure(error)
+  }
+}
+
+const open = ({ kind, requirement, userWantsVisible, ...options }) => {
+  const frame = control(kind)
+  const transport = new pm.OuterFrameTransport(frame, { ...options, visible: pm.transportVisible(requirement ?? "hidden", userWantsVisible) })
+  transport.onerror = (error) => errors.push(error.reason ?? error.message)
+  transport.onsetuprequired = (message) => log.push(message)
+  window.frame = frame
+  window.transport = transport
+  return { frame, transport }
+}
+
+window.connect = async (options) => {
+  const { frame, transport } = open(options)
+  const client = new Client({ name: "outer", version: "1.0.0" })
+  try {
+    await client.connect(transport)
+  } catch (error) {
+    return failure(error)
+  }
+  window.client = client
+  // Everything the transport hands the SDK, to show that forged messages never get there.
+  window.delivered = []
+  const deliver = transport.onmessage
+  transport.onmessage = (message) => {
+    delivered.push(message)
+    deliver(message)
+  }
+  const { tools } = await client.listTools()
+  return { ok: true, tools: tools.map((tool) => tool.name), hidden: frame.element ? frame.element.hidden : null }
+}
+
+window.echo = async (text) => (await client.callTool({ name: "echo", arguments: { text } })).content[0].text
+
+window.serve = async (options) => {
+  const { transport } = open(options)
+  const server = new McpServer({ name: "dashboard", version: "1.0.0" })
+  server.registerTool("lookupUser", { description: "Looks a user up", inputSchema: { id: z.string() } }, ({ id }) => ({
+    content: [{ type: "text", text: `user ${id} is Ada, asked over session ${transport.sessionId}` }]
+  }))
+  try {
+    await server.connect(transport)
+    return { ok: true }
+  } catch (error) {
+    return failure(error)
+  }
+}

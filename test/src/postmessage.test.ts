@@ -1,0 +1,275 @@
+/**
+ * The postMessage transport (shared/specs/postmessage-transport.md) in real headless Chromium,
+ * across real origins on loopback: an outer page and an inner page (iframe or popup) run the
+ * setup phase, then the transport phase, with the MCP SDK's own `Client` and `McpServer` on either
+ * side. The pages are clients/postmessage/test/pages/, loading the library's `<script>` bundle.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import type { BrowserContext, Frame, Page } from "playwright-core"
+import { origins } from "../../clients/postmessage/test/PageServer.ts"
+import { launch } from "./support/Browser.ts"
+import { until } from "./support/Until.ts"
+
+interface Harness {
+  readonly browser: BrowserContext
+  /** The outer pages' origin. */
+  readonly a: string
+  /** The inner pages' origin: another port of the same host (same-site, so storage works). */
+  readonly b: string
+  /** A third origin, cross-site. */
+  readonly c: string
+}
+class PostMessagePages extends Context.Tag("test/PostMessagePages")<PostMessagePages, Harness>() {}
+
+const harness = Layer.scoped(
+  PostMessagePages,
+  Effect.gen(function*() {
+    const served = yield* origins
+    // Popups here are opened from page.evaluate, which is no user gesture.
+    const browser = yield* launch({ args: ["--disable-popup-blocking"] })
+    return { browser, ...served }
+  })
+)
+
+interface Failure {
+  readonly ok: false
+  readonly reason: string | null
+  readonly message: string
+}
+interface SetupResult {
+  readonly status: "success" | "error"
+  readonly serverTitle: string
+  readonly ephemeralMessage?: string
+  readonly transportVisibility: { readonly requirement: string; readonly optionalMessage?: string }
+  readonly error?: { readonly code: string; readonly message: string }
+}
+type Kind = "iframe" | "popup"
+interface Options {
+  readonly kind: Kind
+  readonly serverUrl: string
+  readonly sessionId: string
+  readonly allowedOrigins?: ReadonlyArray<string>
+  readonly handshakeTimeoutMs?: number
+  readonly setupTimeoutMs?: number
+  readonly requirement?: string
+  readonly userWantsVisible?: boolean
+}
+/** What outer.js puts on `window`. */
+interface OuterWindow {
+  setUp(options: Options): Promise<{ readonly ok: true; readonly result: SetupResult } | Failure>
+  connect(options: Options): Promise<{ readonly ok: true; readonly tools: Array<string>; readonly hidden: boolean | null } | Failure>
+  serve(options: Options): Promise<{ readonly ok: true } | Failure>
+  echo(text: string): Promise<string>
+  readonly log: Array<unknown>
+  readonly errors: Array<string>
+  readonly frame: { readonly element: HTMLIFrameElement | null }
+}
+
+/** The outer page, as the test drives it. */
+const outerPage = (url: string) =>
+  Effect.gen(function*() {
+    const { browser } = yield* PostMessagePages
+    const page = yield* Effect.acquireRelease(Effect.promise(() => browser.newPage()), (p) => Effect.promise(() => p.close()))
+    yield* Effect.promise(() => page.goto(`${url}/outer.html`))
+    return {
+      page,
+      setUp: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), options)),
+      connect: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).connect(o), options)),
+      serve: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).serve(o), options)),
+      echo: (text: string) => Effect.promise(() => page.evaluate((t) => (window as unknown as OuterWindow).echo(t), text)),
+      log: Effect.promise(() => page.evaluate(() => (window as unknown as OuterWindow).log)),
+      iframes: Effect.promise(() => page.evaluate(() => document.querySelectorAll("iframe").length)),
+      hidden: Effect.promise(() => page.evaluate(() => (window as unknown as OuterWindow).frame.element?.hidden ?? null))
+    }
+  })
+
+let sessions = 0
+const sessionId = () => `session-${process.pid}-${++sessions}`
+
+const innerServer = (origin: string, query: string) => `${origin}/inner-server.html?${query}`
+
+/** The frame (in any page of the browser) at `url`, once it has navigated there. */
+const frameAt = (browser: BrowserContext, url: string) =>
+  Effect.suspend(() => {
+    const frame = browser.pages().flatMap((p) => p.frames()).find((f) => f.url() === url)
+    return frame === undefined ? Effect.fail(`no frame at ${url}`) : Effect.succeed(frame)
+  }).pipe(
+    Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+    Effect.orDieWith((what) => new Error(what))
+  )
+
+const evaluate = <A>(frame: Frame | Page, expression: string) => Effect.promise(() => frame.evaluate(expression) as Promise<A>)
+
+/** What inner-client.js concluded, once its script has run. */
+const outcome = (frame: Frame) =>
+  Effect.promise(() => frame.waitForFunction(() => "done" in window)).pipe(Effect.zipRight(evaluate(frame, "done")))
+
+layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessage transport in Chromium", (it) => {
+  describe("standard architecture: the outer page is the MCP client", () => {
+    it.scoped("an SDK Client lists and calls the tool of an SDK McpServer in a cross-origin iframe, after a silent setup", () =>
+      Effect.gen(function*() {
+        const { a, b } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const id = sessionId()
+
+        const setup = yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: id })
+        expect(setup).toEqual({
+          ok: true,
+          result: { type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Echo (automatic)", ephemeralMessage: "Saved", transportVisibility: { requirement: "hidden" } }
+        })
+        expect(yield* outer.log).toEqual([{ setupVisible: false }])
+        expect(yield* outer.iframes).toBe(0) // the setup frame is gone; transport loads a new one
+
+        const connected = yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id, requirement: "hidden" })
+        expect(connected).toEqual({ ok: true, tools: ["echo"], hidden: true })
+        // The transport phase runs on the base URL: no #setup.
+        expect(outer.page.frames().map((f) => f.url())).toContain(serverUrl)
+        expect(yield* outer.echo("hello")).toBe(`hello | token automatic | from ${a} | session ${id}`)
+      }))
+
+    it.scoped("the same through a popup opened with window.open", () =>
+      Effect.gen(function*() {
+        const { a, b, browser } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const id = sessionId()
+
+        const setup = yield* outer.setUp({ kind: "popup", serverUrl, sessionId: id })
+        expect(setup).toMatchObject({ ok: true, result: { status: "success", serverTitle: "Echo (automatic)" } })
+        yield* until(() => !browser.pages().some((p) => p.url() === `${serverUrl}#setup`), "the setup popup closes")
+
+        expect(yield* outer.connect({ kind: "popup", serverUrl, sessionId: id })).toEqual({ ok: true, tools: ["echo"], hidden: null })
+        expect(browser.pages().map((p) => p.url())).toContain(serverUrl)
+        expect(yield* outer.echo("from a popup")).toBe(`from a popup | token automatic | from ${a} | session ${id}`)
+      }))
+
+    it.scoped("a visible setup shows the frame and who is asking; a cancel is an error; what it stores is scoped to the session id", () =>
+      Effect.gen(function*() {
+        const { a, b } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = innerServer(b, `allow=${a}&visibleSetup=1&visibility=optional`)
+        const form = outer.page.frameLocator("iframe[title=server]")
+
+        // Playwright only clicks what is visible: the outer frame showed the iframe when asked to.
+        const cancelled = Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind: "iframe" as const, serverUrl, sessionId: sessionId() }))
+        const clickCancel = Effect.promise(() => form.locator("#cancel").click())
+        const [result] = yield* Effect.all([cancelled, clickCancel], { concurrency: 2 })
+        expect(result).toMatchObject({ ok: true, result: { status: "error", error: { code: "USER_CANCELLED", message: "the user cancelled" } } })
+
+        const id = sessionId()
+        const saved = Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind: "iframe" as const, serverUrl, sessionId: id }))
+        const fill = Effect.gen(function*() {
+          expect(yield* Effect.promise(() => form.locator("#asking").textContent())).toBe(a)
+          yield* Effect.promise(() => form.locator("#token").fill("s3cret"))
+          yield* Effect.promise(() => form.locator("#save").click())
+        })
+        const [setup] = yield* Effect.all([saved, fill], { concurrency: 2 })
+        expect(setup).toEqual({
+          ok: true,
+          result: {
+            type: "MCP_SETUP_COMPLETE",
+            status: "success",
+            serverTitle: "Echo (s3cret)",
+            ephemeralMessage: "Saved",
+            transportVisibility: { requirement: "optional", optionalMessage: "Show the echo log" }
+          }
+        })
+        expect(yield* outer.log).toEqual([{ setupVisible: true }, { setupVisible: true }])
+
+        // Optional visibility, and this user chose to see it.
+        const connected = yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id, requirement: "optional", userWantsVisible: true })
+        expect(connected).toEqual({ ok: true, tools: ["echo"], hidden: false })
+        expect(yield* outer.echo("x")).toBe(`x | token s3cret | from ${a} | session ${id}`)
+
+        // Another session id has no token: the server says MCP_SETUP_REQUIRED instead of accepting.
+        const other = yield* outer.connect({ kind: "iframe", serverUrl, sessionId: sessionId() })
+        expect(other).toEqual({ ok: false, reason: "SetupRequired", message: "setup required (AUTH_EXPIRED): no token for this session" })
+        expect((yield* outer.log).at(-1)).toEqual({ type: "MCP_SETUP_REQUIRED", reason: "AUTH_EXPIRED", message: "no token for this session", canContinue: false })
+      }))
+
+    it.scoped("a server that must be visible is shown; MCP_SETUP_REQUIRED during the session reaches the outer frame and the session goes on", () =>
+      Effect.gen(function*() {
+        const { a, b, browser } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = innerServer(b, `allow=${a}&visibility=required`)
+        const id = sessionId()
+        const setup = yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: id })
+        expect(setup).toMatchObject({ ok: true, result: { transportVisibility: { requirement: "required" } } })
+
+        // Required wins over the user's wish to hide it.
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id, requirement: "required", userWantsVisible: false })).toEqual({ ok: true, tools: ["echo"], hidden: false })
+        const inner = yield* frameAt(browser, serverUrl)
+        yield* evaluate(inner, `transport.requireSetup({ reason: "CONFIG_CHANGED", message: "new scopes", canContinue: true })`)
+        expect(yield* outer.echo("still here")).toBe(`still here | token automatic | from ${a} | session ${id}`)
+        expect(yield* outer.log).toContainEqual({ type: "MCP_SETUP_REQUIRED", reason: "CONFIG_CHANGED", message: "new scopes", canContinue: true })
+      }))
+  })
+
+  describe("inverted architecture: the outer page is the MCP server", () => {
+    it.scoped("an SDK Client in a cross-origin iframe lists and calls the tool of the outer page's McpServer", () =>
+      Effect.gen(function*() {
+        const { a, b, browser } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = `${b}/inner-client.html?allow=${a}`
+        const id = sessionId()
+
+        expect(yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: id })).toMatchObject({
+          ok: true,
+          result: { status: "success", serverTitle: "Copilot", transportVisibility: { requirement: "required" } }
+        })
+        expect(yield* outer.serve({ kind: "iframe", serverUrl, sessionId: id, requirement: "required" })).toEqual({ ok: true })
+        expect(yield* outer.hidden).toBe(false)
+
+        const inner = yield* frameAt(browser, serverUrl)
+        expect(yield* outcome(inner)).toEqual({
+          ok: true,
+          tools: ["lookupUser"],
+          text: `user 42 is Ada, asked over session ${id}`,
+          origin: a,
+          sessionId: id
+        })
+      }))
+  })
+
+  describe("timeouts", () => {
+    it.scoped("each handshake step times out, and the error reaches the SDK's connect on either side", () =>
+      Effect.gen(function*() {
+        const { a, b, browser } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+
+        // The outer frame: a page that never speaks the protocol.
+        expect(yield* outer.connect({ kind: "iframe", serverUrl: `${b}/blank.html`, sessionId: sessionId(), handshakeTimeoutMs: 500 })).toEqual({
+          ok: false,
+          reason: "HandshakeTimeout",
+          message: `no MCP_TRANSPORT_HANDSHAKE from ${b}/blank.html within 500 ms`
+        })
+        expect(yield* outer.setUp({ kind: "iframe", serverUrl: `${b}/blank.html`, sessionId: sessionId(), handshakeTimeoutMs: 500 })).toEqual({
+          ok: false,
+          reason: "HandshakeTimeout",
+          message: `no MCP_SETUP_HANDSHAKE from ${b}/blank.html#setup within 500 ms`
+        })
+        // A visible setup nobody finishes.
+        const slow = innerServer(b, `allow=${a}&visibleSetup=1`)
+        expect(yield* outer.setUp({ kind: "iframe", serverUrl: slow, sessionId: sessionId(), setupTimeoutMs: 500 })).toEqual({
+          ok: false,
+          reason: "SetupTimeout",
+          message: `no MCP_SETUP_COMPLETE from ${slow}#setup within 500 ms`
+        })
+
+        // The inner frame: embedded by a page that never answers its handshake.
+        const lonely = `${b}/inner-client.html?allow=${a}&timeout=500`
+        yield* evaluate(outer.page, `document.body.insertAdjacentHTML("beforeend", '<iframe src="${lonely}"></iframe>')`)
+        const inner = yield* frameAt(browser, lonely)
+        expect(yield* outcome(inner)).toEqual({
+          ok: false,
+          reason: "HandshakeTimeout",
+          message: "no MCP_TRANSPORT_HANDSHAKE_REPLY within 500 ms"
+        })
+      }))
+  })
+})
