@@ -63,6 +63,7 @@ interface OuterWindow {
   setUp(options: Options): Promise<{ readonly ok: true; readonly result: SetupResult } | Failure>
   connect(options: Options): Promise<{ readonly ok: true; readonly tools: Array<string>; readonly hidden: boolean | null } | Failure>
   serve(options: Options): Promise<{ readonly ok: true } | Failure>
+  rawHandshake(serverUrl: string, claimedOrigin: string): Promise<Array<unknown>>
   echo(text: string): Promise<string>
   readonly log: Array<unknown>
   readonly errors: Array<string>
@@ -73,13 +74,20 @@ interface OuterWindow {
 const outerPage = (url: string) =>
   Effect.gen(function*() {
     const { browser } = yield* PostMessagePages
-    const page = yield* Effect.acquireRelease(Effect.promise(() => browser.newPage()), (p) => Effect.promise(() => p.close()))
+    const popups: Array<Page> = []
+    const page = yield* Effect.acquireRelease(
+      Effect.promise(() => browser.newPage()),
+      (p) => Effect.promise(() => Promise.all([p, ...popups].map((q) => q.close())))
+    )
+    page.on("popup", (popup) => popups.push(popup))
     yield* Effect.promise(() => page.goto(`${url}/outer.html`))
     return {
       page,
       setUp: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), options)),
       connect: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).connect(o), options)),
       serve: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).serve(o), options)),
+      rawHandshake: (serverUrl: string, claimedOrigin: string) =>
+        Effect.promise(() => page.evaluate(([url, claimed]) => (window as unknown as OuterWindow).rawHandshake(url, claimed), [serverUrl, claimedOrigin] as const)),
       echo: (text: string) => Effect.promise(() => page.evaluate((t) => (window as unknown as OuterWindow).echo(t), text)),
       log: Effect.promise(() => page.evaluate(() => (window as unknown as OuterWindow).log)),
       iframes: Effect.promise(() => page.evaluate(() => document.querySelectorAll("iframe").length)),
@@ -90,7 +98,10 @@ const outerPage = (url: string) =>
 let sessions = 0
 const sessionId = () => `session-${process.pid}-${++sessions}`
 
-const innerServer = (origin: string, query: string) => `${origin}/inner-server.html?${query}`
+let pages = 0
+/** A URL of `path` no other test uses, so that a test finds its own frames. */
+const unique = (origin: string, path: string, query: string) => `${origin}/${path}?${query}&page=${++pages}`
+const innerServer = (origin: string, query: string) => unique(origin, "inner-server.html", query)
 
 /** The frame (in any page of the browser) at `url`, once it has navigated there. */
 const frameAt = (browser: BrowserContext, url: string) =>
@@ -103,6 +114,19 @@ const frameAt = (browser: BrowserContext, url: string) =>
   )
 
 const evaluate = <A>(frame: Frame | Page, expression: string) => Effect.promise(() => frame.evaluate(expression) as Promise<A>)
+
+/** Once `expression` holds in `frame`. */
+const waitFor = (frame: Frame | Page, expression: string) => Effect.promise(() => frame.waitForFunction(expression))
+
+/** A silent setup, then the transport phase in an iframe: the usual start of an attack. */
+const connected = (origin: string, serverUrl: string, kind: Kind = "iframe") =>
+  Effect.gen(function*() {
+    const outer = yield* outerPage(origin)
+    const id = sessionId()
+    expect(yield* outer.setUp({ kind, serverUrl, sessionId: id })).toMatchObject({ ok: true, result: { status: "success" } })
+    expect(yield* outer.connect({ kind, serverUrl, sessionId: id })).toMatchObject({ ok: true, tools: ["echo"] })
+    return { outer, id }
+  })
 
 /** What inner-client.js concluded, once its script has run. */
 const outcome = (frame: Frame) =>
@@ -215,7 +239,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
       Effect.gen(function*() {
         const { a, b, browser } = yield* PostMessagePages
         const outer = yield* outerPage(a)
-        const serverUrl = `${b}/inner-client.html?allow=${a}`
+        const serverUrl = unique(b, "inner-client.html", `allow=${a}`)
         const id = sessionId()
 
         expect(yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: id })).toMatchObject({
@@ -262,7 +286,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         })
 
         // The inner frame: embedded by a page that never answers its handshake.
-        const lonely = `${b}/inner-client.html?allow=${a}&timeout=500`
+        const lonely = unique(b, "inner-client.html", `allow=${a}&timeout=500`)
         yield* evaluate(outer.page, `document.body.insertAdjacentHTML("beforeend", '<iframe src="${lonely}"></iframe>')`)
         const inner = yield* frameAt(browser, lonely)
         expect(yield* outcome(inner)).toEqual({
@@ -270,6 +294,139 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           reason: "HandshakeTimeout",
           message: "no MCP_TRANSPORT_HANDSHAKE_REPLY within 500 ms"
         })
+      }))
+  })
+
+  describe("hostile peers", () => {
+    it.scoped("an outer origin not in the inner frame's allow-list gets a clear refusal in both phases, and no tools", () =>
+      Effect.gen(function*() {
+        const { a, b, c } = yield* PostMessagePages
+        const outer = yield* outerPage(c)
+        const serverUrl = innerServer(b, `allow=${a}`)
+        expect(yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: sessionId() })).toEqual({
+          ok: true,
+          result: {
+            type: "MCP_SETUP_COMPLETE",
+            status: "error",
+            serverTitle: "",
+            transportVisibility: { requirement: "hidden" },
+            error: { code: "CONFIG_ERROR", message: `${c} is not allowed to use this server` }
+          }
+        })
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: sessionId() })).toEqual({
+          ok: false,
+          reason: "SetupRequired",
+          message: `setup required (PERMISSIONS_CHANGED): ${c} is not allowed to use this server`
+        })
+      }))
+
+    it.scoped("the outer frame's allow-list: an inner frame answering from an origin not on it is never answered", () =>
+      Effect.gen(function*() {
+        const { a, b, c } = yield* PostMessagePages
+        const outer = yield* outerPage(a)
+        const serverUrl = innerServer(b, `allow=${a}`)
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: sessionId(), allowedOrigins: [c], handshakeTimeoutMs: 800 })).toEqual({
+          ok: false,
+          reason: "HandshakeTimeout",
+          message: `no MCP_TRANSPORT_HANDSHAKE from ${serverUrl} within 800 ms`
+        })
+      }))
+
+    it.scoped("an origin written inside the messages is ignored: only event.origin counts", () =>
+      Effect.gen(function*() {
+        const { a, b, browser, c } = yield* PostMessagePages
+        const outer = yield* outerPage(c)
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const received = outer.rawHandshake(serverUrl, a)
+        const mark = Effect.gen(function*() {
+          const inner = yield* frameAt(browser, serverUrl)
+          yield* waitFor(inner, `window.events?.includes("OriginNotAllowed")`)
+          // Anything the inner frame answered to the claimed origin's MCP_MESSAGE would come before this.
+          yield* evaluate(inner, `parent.postMessage("marker", "*")`)
+          return inner
+        })
+        const [messages, inner] = yield* Effect.all([received, mark], { concurrency: 2 })
+        expect(messages).toEqual([
+          { type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" },
+          { type: "MCP_SETUP_REQUIRED", reason: "PERMISSIONS_CHANGED", message: `${c} is not allowed to use this server`, canContinue: false },
+          "marker"
+        ])
+        // Refused twice over: reported to onerror, and the rejected handshake. Nothing pinned, no server.
+        expect(yield* evaluate(inner, "[window.events, transport.origin ?? null, typeof window.server]")).toEqual([
+          ["OriginNotAllowed", "OriginNotAllowed"],
+          null,
+          "undefined"
+        ])
+      }))
+
+    it.scoped("messages forged by a frame of another origin, or by another window, reach neither side", () =>
+      Effect.gen(function*() {
+        const { a, b, browser, c } = yield* PostMessagePages
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const { id, outer } = yield* connected(a, serverUrl)
+        yield* evaluate(outer.page, `document.body.insertAdjacentHTML("beforeend", '<iframe src="${c}/listener.html?frame"></iframe>');
+          window.open("${c}/listener.html?popup")`)
+        const forge = (from: Frame, outerWindow: string) =>
+          waitFor(from, `"got" in window`).pipe(Effect.zipRight(evaluate(from, `{
+            const outer = ${outerWindow}, inner = outer.frames[0]
+            outer.postMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "2.0", method: "notifications/tools/list_changed" } }, "*")
+            for (const id of [0, 1, 2, 3, 4, 5]) {
+              outer.postMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "forged" }] } } }, "*")
+            }
+            outer.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" }, "*")
+            inner.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId: "forged" }, "*")
+            inner.postMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "2.0", id: "forged-1", method: "tools/call", params: { name: "echo", arguments: { text: "forged" } } } }, "*")
+          }`)))
+        yield* forge(yield* frameAt(browser, `${c}/listener.html?frame`), "parent")
+        yield* forge(yield* frameAt(browser, `${c}/listener.html?popup`), "opener")
+
+        // Sent after the forgeries, so it is answered after they were handled.
+        expect(yield* outer.echo("real")).toBe(`real | token automatic | from ${a} | session ${id}`)
+        const delivered = yield* evaluate<Array<{ method?: string }>>(outer.page, "delivered")
+        expect(delivered.filter((m) => JSON.stringify(m).includes("forged") || m.method === "notifications/tools/list_changed")).toEqual([])
+        expect(yield* evaluate(outer.page, "errors")).toEqual([])
+        const inner = yield* frameAt(browser, serverUrl)
+        expect(yield* evaluate(inner, "[calls, events, transport.sessionId]")).toEqual([["real"], [], id])
+      }))
+
+    it.scoped("a replayed or second handshake on a pinned transport is refused on both sides", () =>
+      Effect.gen(function*() {
+        const { a, b, browser } = yield* PostMessagePages
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const { id, outer } = yield* connected(a, serverUrl)
+        const inner = yield* frameAt(browser, serverUrl)
+
+        // The outer frame replays its reply, then sends another with a new session id.
+        yield* evaluate(outer.page, `for (const sessionId of ["${id}", "second"]) {
+          frame.window.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId }, "${b}")
+        }`)
+        // The inner frame announces itself again.
+        yield* evaluate(inner, `parent.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" }, "${a}")`)
+        expect(yield* outer.echo("after")).toBe(`after | token automatic | from ${a} | session ${id}`)
+        // A reply to the second handshake, had there been one, would arrive before this call.
+        yield* outer.echo("again")
+
+        expect(yield* evaluate(inner, "[events, replies, transport.sessionId]")).toEqual([["SecondHandshake", "SecondHandshake"], [id, id, "second"], id])
+        expect(yield* evaluate(outer.page, "[errors, accepted]")).toEqual([["SecondHandshake"], [id]])
+      }))
+
+    it.scoped("nothing goes to '*' after pinning: a page of another origin that replaces the opener hears none of the popup's messages", () =>
+      Effect.gen(function*() {
+        const { a, b, browser, c } = yield* PostMessagePages
+        const serverUrl = innerServer(b, `allow=${a}`)
+        const { outer } = yield* connected(a, serverUrl, "popup")
+        const popup = yield* frameAt(browser, serverUrl)
+
+        yield* evaluate(outer.page, `setTimeout(() => { location.href = "${c}/listener.html" })`)
+        yield* Effect.promise(() => outer.page.waitForURL(`${c}/listener.html`))
+        yield* waitFor(outer.page, `"got" in window`)
+        yield* evaluate(popup, `(async () => {
+          await server.server.sendToolListChanged()
+          await transport.requireSetup({ reason: "OTHER", message: "anyone there?", canContinue: true })
+          opener.postMessage("control", "*")
+        })()`)
+        yield* waitFor(outer.page, `got.includes("control")`)
+        expect(yield* evaluate(outer.page, "got")).toEqual(["control"])
       }))
   })
 })

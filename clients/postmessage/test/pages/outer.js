@@ -68,3 +68,25 @@ window.serve = async (options) => {
     return failure(error)
   }
 }
+
+// A hand-written outer frame that claims, inside its messages, an origin it does not have. It
+// collects what the inner frame sends back until the test has the inner frame post "marker".
+window.rawHandshake = (serverUrl, claimedOrigin) =>
+  new Promise((resolve) => {
+    const iframe = document.createElement("iframe")
+    const target = new URL(serverUrl).origin
+    const received = []
+    addEventListener("message", (event) => {
+      if (event.source !== iframe.contentWindow) return
+      received.push(event.data)
+      if (event.data === "marker") resolve(received)
+      if (event.data?.type !== "MCP_TRANSPORT_HANDSHAKE") return
+      event.source.postMessage(
+        { type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId: "claims", origin: claimedOrigin },
+        target
+      )
+      event.source.postMessage({ type: "MCP_MESSAGE", origin: claimedOrigin, payload: { jsonrpc: "2.0", id: 1, method: "tools/list" } }, target)
+    })
+    iframe.src = serverUrl
+    document.getElementById("frames").appendChild(iframe)
+  })
