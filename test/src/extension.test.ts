@@ -1,30 +1,36 @@
 /**
- * The browser extension (clients/extension) in real headless Chromium, serving the MCP Proxy
- * Protocol against a real Switchboard: an MCP client on `/mcp` opens a tab on a local page,
- * navigates, clicks, types, takes screenshots and sends raw CDP, all carried out by the
- * extension; errors come back as JSON-RPC errors a person can act on; and after the server
- * restarts the extension reconnects on its own under the same extension_id.
+ * The browser extension (clients/extension) in real headless Chromium against a real Switchboard
+ * (router and registry behind the edge). Proxy protocol: an MCP client on `/mcp` opens a tab on a
+ * local page, navigates, clicks, types, takes screenshots and sends raw CDP, all carried out by
+ * the extension, with errors a person can act on; after a server restart the extension reconnects
+ * under the same extension_id. MCP-B: pages that load the unmodified `@mcp-b/global` (or only the
+ * WebMCP polyfill) register tools with `document.modelContext.registerTool`, and the SDK's client
+ * on `/hub` lists and calls them in their own tabs; cached tools reopen their tab; frames of other
+ * origins get nothing relayed.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import type { Bus, Journal, Kv } from "@switchboard/bus"
 import { buildExtension } from "@switchboard/extension/build"
 import { Keys } from "@switchboard/extension/keys"
+import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
-import { mkdtemp, rm } from "node:fs/promises"
+import { mkdtemp, readFile, rm } from "node:fs/promises"
+import { createRequire } from "node:module"
 import { createServer } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { BrowserContext, Worker } from "playwright-core"
+import type { BrowserContext, Page, Worker } from "playwright-core"
 import { type TestClient } from "./support/Client.ts"
 import { launch } from "./support/Browser.ts"
 import { freePort } from "./support/FreePort.ts"
 import { attach, call, client, type Message } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
+import { hub, textOf, toolsUntil } from "./support/Tabs.ts"
 
 /** A fresh temporary directory, removed with the scope. */
 const tempDir = (prefix: string) =>
@@ -60,7 +66,10 @@ const serviceWorker = (context: BrowserContext) =>
   })
 
 interface ExtensionGlobals {
-  readonly chrome: { readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } } }
+  readonly chrome: {
+    readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } }
+    readonly tabs: { query(filter: { url: string }): Promise<Array<{ id?: number }>> }
+  }
 }
 
 /** Writes `items` into the extension's `chrome.storage.local`, from its service worker, as a harness or policy would. */
@@ -84,11 +93,110 @@ const tallPage = `<!doctype html><title>Tall</title><style>body{margin:0}canvas{
   c.putImageData(img, 0, 0)
 </script>`
 
-const pages = {
+/**
+ * A WebMCP page as people ship them: the unmodified `@mcp-b/global` IIFE, then tools registered
+ * with `document.modelContext.registerTool`. Each handler records its call in `window.calls`, and
+ * answers with the page's host, so a test sees which tab ran it.
+ */
+const webmcpPage = (title: string, library: string, tools: string) => `<!doctype html><title>${title}</title>
+<script src="/${library}"></script>
+<script>
+  window.calls = []
+  const tool = (name, extra = {}) => document.modelContext.registerTool({
+    name, description: name + " on " + location.host, ...extra,
+    inputSchema: { type: "object", properties: { q: { type: "string" } } },
+    async execute(args) {
+      window.calls.push(name + ":" + (args.q ?? ""))
+      return { content: [{ type: "text", text: location.host + " " + name + ":" + (args.q ?? "") }] }
+    }
+  })
+  ${tools}
+</script>`
+
+const require = createRequire(import.meta.url)
+const library = (specifier: string) => readFile(require.resolve(specifier), "utf8")
+
+const pagesWith = (global: string, polyfill: string) => ({
+  "/global.js": global,
+  "/polyfill.js": polyfill,
   "/control.html": controlPage,
   "/second.html": "<!doctype html><title>Second</title><p>second page</p>",
-  "/tall.html": tallPage
-}
+  "/tall.html": tallPage,
+  "/shop.html": webmcpPage("Shop", "global.js", `tool("search"); window.registerLater = () => tool("later")`),
+  // `registerTool` of @mcp-b/global 5.1.0 keeps only WebMCP's own annotations, so a page marks a
+  // tool cached on the MCP server it exposes (its documented escape hatch), which lists it as given.
+  "/orders.html": webmcpPage(
+    "Orders",
+    "global.js",
+    `tool("track")
+  document.modelContext.mcpServer.registerTool("orders", { description: "orders on " + location.host, annotations: { cache: true } }, async () => {
+    window.calls.push("orders")
+    return { content: [{ type: "text", text: location.host + " orders" }] }
+  })`
+  ),
+  "/polyfill.html": webmcpPage("Polyfill only", "polyfill.js", `tool("lookup"); window.registerLater = () => tool("later")`),
+  // A page that announces an MCP server itself but has none, and hands every request it sees to a
+  // frame of another origin, which forges the answers (and more readies of its own).
+  "/hostile.html": `<!doctype html><title>Hostile</title>
+<iframe id="f"></iframe>
+<script>
+  window.seen = []
+  const frame = document.getElementById("f"), held = []
+  let loaded = false
+  const forward = (data) => frame.contentWindow.postMessage(data, "*")
+  frame.onload = () => { loaded = true; held.splice(0).forEach(forward) }
+  frame.src = new URLSearchParams(location.search).get("forger")
+  addEventListener("message", (e) => {
+    if (e.source === frame.contentWindow && e.data === "forged") window.forged = (window.forged ?? 0) + 1
+    if (e.source !== window || e.data?.type !== "mcp" || e.data.direction !== "client-to-server") return
+    window.seen.push(e.data.payload)
+    if (loaded) forward(e.data)
+    else held.push(e.data)
+  })
+  if (location.hash === "#announce") postMessage({ channel: "mcp-default", type: "mcp", direction: "server-to-client", payload: "mcp-server-ready" }, location.origin)
+</script>`,
+  "/forger.html": `<!doctype html><script>
+  const post = (channel, payload) => parent.postMessage({ channel, type: "mcp", direction: "server-to-client", payload }, "*")
+  const stolen = { name: "stolen", description: "forged", inputSchema: { type: "object" } }
+  for (const channel of ["mcp-default", "switchboard-model-context"]) post(channel, "mcp-server-ready")
+  addEventListener("message", (e) => {
+    const m = e.data?.payload
+    if (typeof m !== "object" || m === null || m.id === undefined) return
+    const result = m.method === "initialize"
+      ? { protocolVersion: "2025-06-18", capabilities: { tools: { listChanged: true } }, serverInfo: { name: "forged", version: "1" } }
+      : m.method === "tools/list" ? { tools: [stolen] } : { content: [{ type: "text", text: "forged" }] }
+    post(e.data.channel, { jsonrpc: "2.0", id: m.id, result })
+    post(e.data.channel, { jsonrpc: "2.0", method: "notifications/tools/list_changed" })
+    parent.postMessage("forged", "*")
+  })
+</script>`
+})
+
+/** Opens `url` in a new tab, as a person would; closed with the scope. */
+const open = (context: BrowserContext, url: string) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const page = await context.newPage()
+      await page.goto(url)
+      return page
+    }),
+    (page) => Effect.promise(() => page.close().catch(() => undefined))
+  )
+
+/** The real id Chrome gave the tab showing `url`. */
+const tabIdOf = (worker: Worker, url: string) =>
+  Effect.flatMap(
+    Effect.promise(() => worker.evaluate(async (u) => (await (globalThis as unknown as ExtensionGlobals).chrome.tabs.query({ url: u }))[0]?.id, url)),
+    (id) => (id === undefined ? Effect.dieMessage(`no tab shows ${url}`) : Effect.succeed(id))
+  )
+
+/** What the page's tool handlers recorded. */
+const callsIn = (page: Page) => Effect.promise(() => page.evaluate(() => (window as unknown as { calls: Array<string> }).calls))
+const pageValue = <A>(page: Page, name: string) => Effect.promise(() => page.evaluate((n) => Reflect.get(window, n) as A, name))
+
+/** The registry's name for a tool of a tab (or, without a tab, a cached tool of the domain). */
+const toolName = (base: string, tool: string, tabId?: number) =>
+  `website_tool_${new URL(base).host.replace(/[^a-zA-Z0-9_]/g, "_")}_${tabId === undefined ? "" : `tab${tabId}_`}${tool}`
 
 /** Width and height from a PNG's IHDR, or undefined when it is not a PNG. */
 const pngSize = (bytes: Buffer) =>
@@ -97,9 +205,12 @@ const pngSize = (bytes: Buffer) =>
     : undefined
 
 interface Harness {
+  readonly context: BrowserContext
   readonly worker: Worker
   readonly extensionId: string
+  /** The same pages at two origins. */
   readonly pages: string
+  readonly otherOrigin: string
 }
 class ExtensionBrowser extends Context.Tag("test/ExtensionBrowser")<ExtensionBrowser, Harness>() {}
 
@@ -111,16 +222,17 @@ const browser = Layer.scoped(
     yield* Effect.promise(() => buildExtension(dir))
     const context = yield* launch({ args: [`--disable-extensions-except=${dir}`, `--load-extension=${dir}`] })
     const { worker, extensionId } = yield* serviceWorker(context)
-    return { worker, extensionId, pages: yield* pageServer(pages) }
+    const pages = pagesWith(yield* Effect.promise(() => library("@mcp-b/global/iife")), yield* Effect.promise(() => library("@mcp-b/webmcp-polyfill/iife")))
+    return { context, worker, extensionId, pages: yield* pageServer(pages), otherOrigin: yield* pageServer(pages, "localhost") }
   })
 )
 
-/** A Switchboard with the proxy (router) on `port`, over an outside bus, that a test can stop and start again. */
+/** A Switchboard (router and registry) on `port`, over an outside bus, that a test can stop and start again. */
 const switchboard = (bus: Context.Context<Bus.Bus | Kv.Kv | Journal.Journal>, port: number, extensionId: string) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     yield* Layer.buildWithScope(
-      stack(Layer.succeedContext(bus), { services: Router.layer, env: { PORT: String(port), ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } }),
+      stack(Layer.succeedContext(bus), { services: Layer.mergeAll(Router.layer, Registry.layer), env: { PORT: String(port), ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } }),
       scope
     )
     return { ws: `ws://127.0.0.1:${port}`, stop: Scope.close(scope, Exit.void) }
@@ -156,8 +268,8 @@ const ok = (mcp: TestClient, method: string, params: object = {}) =>
 const evaluate = (mcp: TestClient, tabId: number, expression: string) =>
   Effect.map(ok(mcp, "forwardCDPCommand", { tabId, method: "Runtime.evaluate", params: { expression, returnByValue: true } }), (r) => (r["result"] as { value: unknown }).value)
 
-layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser extension: MCP Proxy Protocol", (it) => {
-  describe("browser control", () => {
+layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser extension", (it) => {
+  describe("MCP Proxy Protocol", () => {
     it.scoped("opens, navigates, clicks, types and screenshots a real tab for an MCP client on /mcp", () =>
       Effect.gen(function*() {
         const { extensionId, pages, worker } = yield* ExtensionBrowser
@@ -228,6 +340,114 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
         expect(yield* request(mcp, "forwardCDPCommand", { method: "No.such" })).toMatchObject({ error: { message: expect.stringMatching(/^No\.such failed in tab \d+: .*wasn't found/) } })
         expect(yield* request(mcp, "hover", { selector: "#go" })).toMatchObject({ error: { code: -32601, message: expect.stringMatching(/^Method not found: hover/) } })
         yield* ok(mcp, "closeTab", { tabId })
+      })
+    )
+  })
+
+  describe("MCP-B bridge", () => {
+    it.scoped("a page's WebMCP tools reach the SDK client on /hub, run in their own tab, and follow list_changed; a second origin's same-named tool is its own", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, otherOrigin, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "dave")
+        const shop = yield* open(context, `${pages}/shop.html`)
+        const shopTab = yield* tabIdOf(worker, `${pages}/shop.html`)
+        const { changes, client } = yield* hub(ws, "dave")
+
+        // The tab's real id is in the name: the extension said hello with chrome.tabs' own.
+        const search = toolName(pages, "search", shopTab)
+        const [listed] = (yield* toolsUntil(client, (n) => n.includes(search))).filter((t) => t.name === search)
+        expect(listed?.inputSchema).toMatchObject({ type: "object", properties: { q: { type: "string" } } })
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: search, arguments: { q: "socks" } })))).toBe(`${new URL(pages).host} search:socks`)
+        expect(yield* callsIn(shop)).toEqual(["search:socks"])
+
+        // A tool the page registers later is announced with list_changed, and works.
+        const heard = changes.length
+        yield* Effect.promise(() => shop.evaluate(() => (window as unknown as { registerLater: () => Promise<void> }).registerLater()))
+        const later = toolName(pages, "later", shopTab)
+        yield* toolsUntil(client, (n) => n.includes(later))
+        expect(changes.length).toBeGreaterThan(heard)
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: later, arguments: {} })))).toBe(`${new URL(pages).host} later:`)
+
+        // Another origin with a tool of the same name: both listed, each call reaches its own tab.
+        const other = yield* open(context, `${otherOrigin}/shop.html`)
+        const otherSearch = toolName(otherOrigin, "search", yield* tabIdOf(worker, `${otherOrigin}/shop.html`))
+        const names = (yield* toolsUntil(client, (n) => n.includes(otherSearch))).map((t) => t.name)
+        expect(names.filter((n) => n.endsWith("_search")).sort()).toEqual([search, otherSearch].sort())
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: otherSearch, arguments: { q: "hats" } })))).toBe(`${new URL(otherOrigin).host} search:hats`)
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: search, arguments: { q: "shoes" } })))).toBe(`${new URL(pages).host} search:shoes`)
+        expect(yield* callsIn(other)).toEqual(["search:hats"])
+        expect(yield* callsIn(shop)).toEqual(["search:socks", "later:", "search:shoes"])
+      })
+    )
+
+    it.scoped("a page with only document.modelContext (the WebMCP polyfill, no MCP-B transport) is found through it", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "erin")
+        const page = yield* open(context, `${pages}/polyfill.html`)
+        const tabId = yield* tabIdOf(worker, `${pages}/polyfill.html`)
+        const { client } = yield* hub(ws, "erin")
+        const lookup = toolName(pages, "lookup", tabId)
+        yield* toolsUntil(client, (n) => n.includes(lookup))
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: lookup, arguments: { q: "x" } })))).toBe(`${new URL(pages).host} lookup:x`)
+        yield* Effect.promise(() => page.evaluate(() => (window as unknown as { registerLater: () => Promise<void> }).registerLater()))
+        yield* toolsUntil(client, (n) => n.includes(toolName(pages, "later", tabId)))
+        expect(yield* callsIn(page)).toEqual(["lookup:x"])
+      })
+    )
+
+    it.scoped("a closed tab's tools disappear unless cached; calling a cached one opens its page again through the proxy", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "frank")
+        const url = `${pages}/orders.html`
+        const first = yield* open(context, url)
+        const tabId = yield* tabIdOf(worker, url)
+        const { client } = yield* hub(ws, "frank")
+        const cached = toolName(pages, "orders")
+        yield* toolsUntil(client, (n) => [cached, toolName(pages, "orders", tabId), toolName(pages, "track", tabId)].every((t) => n.includes(t)))
+
+        yield* Effect.promise(() => first.close())
+        const left = yield* toolsUntil(client, (n) => !n.some((t) => t.includes(`_tab${tabId}_`)))
+        expect(left.map((t) => t.name).filter((n) => n.includes(new URL(pages).host.replace(/[^a-zA-Z0-9_]/g, "_")))).toEqual([cached])
+
+        // No tab has it: the registry asks the extension (createTab through the proxy) to open one.
+        const opened = Effect.promise(() => context.waitForEvent("page", { predicate: (p) => p.url() === url, timeout: 15_000 }))
+        const [answer, reopened] = yield* Effect.all([Effect.promise(() => client.callTool({ name: cached, arguments: {} })), opened], { concurrency: 2 })
+        expect(textOf(answer)).toBe(`${new URL(pages).host} orders`)
+        expect(yield* callsIn(reopened)).toEqual(["orders"])
+        yield* Effect.promise(() => reopened.close())
+      })
+    )
+
+    it.scoped("frames of another origin get nothing relayed: forged readies, forged answers", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, otherOrigin, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "grace")
+        const forger = encodeURIComponent(`${otherOrigin}/forger.html`)
+        // Only the frame claims a server: the bridge must not even start a session.
+        const quiet = yield* open(context, `${pages}/hostile.html?forger=${forger}`)
+        // The page claims one itself (its right), but every answer comes from the frame.
+        const announcing = yield* open(context, `${pages}/hostile.html?forger=${forger}#announce`)
+        yield* Effect.promise(() => announcing.waitForFunction(() => Reflect.get(window, "forged") !== undefined))
+
+        // A real page opened after them is relayed: the bridge and the registry are working.
+        yield* open(context, `${pages}/shop.html`)
+        const { client } = yield* hub(ws, "grace")
+        const tools = yield* toolsUntil(client, (n) => n.some((t) => t.endsWith("_search")))
+        expect(tools.map((t) => t.name).filter((n) => !n.endsWith("_search"))).toEqual([])
+        expect((yield* pageValue<Array<unknown>>(quiet, "seen")).every((p) => p === "mcp-check-ready")).toBe(true)
+        const seen = yield* pageValue<Array<unknown>>(announcing, "seen")
+        // It asked the page (which never answered itself), and got no further on the frame's answers.
+        expect(seen.filter((p) => p !== "mcp-check-ready")).toEqual([expect.objectContaining({ method: "initialize" })])
       })
     )
   })

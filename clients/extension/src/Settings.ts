@@ -20,8 +20,37 @@ const stringAt = (items: Record<string, unknown>, key: string): string | undefin
   return typeof value === "string" && value.trim() !== "" ? value.trim() : undefined
 }
 
-/** Managed storage throws where no policy applies; then only local counts. */
-const managed = (): Promise<Record<string, unknown>> => chrome.storage.managed.get(null).catch(() => ({}))
+const listeners = new Set<() => void>()
+const notify = () => listeners.forEach((listener) => listener())
+
+/**
+ * The policy's settings. Chrome answers `storage.managed` only once it has loaded policies, which
+ * takes seconds in a fresh profile; the local settings don't wait for that. A policy that arrives
+ * late with settings of ours counts as a change. Managed storage throws where no policy applies.
+ */
+let policy: Record<string, unknown> | undefined
+let policyLoading: Promise<void> | undefined
+const POLICY_WAIT_MS = 250
+const managed = (): Promise<Record<string, unknown>> => {
+  if (policy !== undefined) return Promise.resolve(policy)
+  let late = false
+  policyLoading ??= chrome.storage.managed.get(null).then(
+    (items) => {
+      policy = items
+      if (late && Object.values(Keys).some((k) => k in items)) notify()
+    },
+    () => void (policy = {})
+  )
+  return Promise.race([
+    policyLoading.then(() => policy ?? {}),
+    new Promise<Record<string, unknown>>((resolve) =>
+      setTimeout(() => {
+        late = true
+        resolve({})
+      }, POLICY_WAIT_MS)
+    )
+  ])
+}
 
 export const browserName = (): string => {
   const major = /Chrom(?:e|ium)\/(\d+)/.exec(navigator.userAgent)?.[1]
@@ -64,8 +93,15 @@ export const socketUrl = (serverUrl: string, path: string): URL | string => {
 
 /** Calls `listener` whenever a setting the connections depend on changes. */
 export const onChange = (listener: () => void): void => {
-  const watched = new Set<string>([Keys.serverUrl, Keys.token, Keys.name])
-  chrome.storage.onChanged.addListener((changes, area) => {
-    if ((area === "local" || area === "managed") && Object.keys(changes).some((k) => watched.has(k))) listener()
-  })
+  listeners.add(listener)
 }
+
+const watched = new Set<string>([Keys.serverUrl, Keys.token, Keys.name])
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area !== "local" && area !== "managed") return
+  if (area === "managed") {
+    policy = undefined
+    policyLoading = undefined
+  }
+  if (Object.keys(changes).some((k) => watched.has(k))) notify()
+})

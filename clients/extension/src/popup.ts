@@ -3,7 +3,7 @@
  * (the worker reconnects on the change), and shows the connection and the tabs that serve tools.
  */
 import type { PopupState } from "./sw.ts"
-import { Keys } from "./Settings.ts"
+import { Keys } from "./Keys.ts"
 
 const element = <T extends HTMLElement>(id: string): T => {
   const el = document.getElementById(id)
