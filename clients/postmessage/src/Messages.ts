@@ -97,7 +97,8 @@ const Id = Schema.Union(Schema.String, Schema.Number)
 const Params = Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
 export const JsonRpcMessage = Schema.Union(
   Schema.Struct({ jsonrpc: Schema.Literal("2.0"), id: Id, method: Schema.String, params: Params }),
-  Schema.Struct({ jsonrpc: Schema.Literal("2.0"), method: Schema.String, params: Params }),
+  // A notification has no id at all: a request with a malformed id is not one.
+  Schema.Struct({ jsonrpc: Schema.Literal("2.0"), id: Schema.optionalWith(Schema.Never, { exact: true }), method: Schema.String, params: Params }),
   Schema.Struct({ jsonrpc: Schema.Literal("2.0"), id: Id, result: Schema.Record({ key: Schema.String, value: Schema.Unknown }) }),
   Schema.Struct({
     jsonrpc: Schema.Literal("2.0"),

@@ -1,0 +1,164 @@
+/**
+ * The transports without a browser: fake windows that deliver `postMessage` as a browser does
+ * (later, only when the target origin matches, with the sender's origin and window as `origin`
+ * and `source`), and the MCP SDK's real `Client` and `McpServer` on either side. Fast to run;
+ * test/src/postmessage.test.ts proves the same in Chromium.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
+import { describe, expect, it } from "@effect/vitest"
+import * as Option from "effect/Option"
+import * as z from "zod"
+import type { FrameControl } from "../src/FrameControl.ts"
+import { InnerFrameSetup } from "../src/InnerFrameSetup.ts"
+import { InnerFrameTransport } from "../src/InnerFrameTransport.ts"
+import * as Messages from "../src/Messages.ts"
+import { runSetup } from "../src/OuterFrameSetup.ts"
+import { OuterFrameTransport } from "../src/OuterFrameTransport.ts"
+import type { Arrival, MessageHost, PeerWindow } from "../src/Peer.ts"
+
+type Listener = (event: Arrival) => void
+interface Sent {
+  readonly from: string
+  readonly targetOrigin: string
+  readonly data: unknown
+}
+
+class FakeWindow implements MessageHost {
+  private readonly listeners = new Set<Listener>()
+  constructor(readonly origin: string) {}
+  addEventListener(_type: "message", listener: Listener) {
+    this.listeners.add(listener)
+  }
+  removeEventListener(_type: "message", listener: Listener) {
+    this.listeners.delete(listener)
+  }
+  dispatch(event: Arrival) {
+    this.listeners.forEach((listener) => listener(event))
+  }
+}
+
+/** The reference `from` holds to `to`: what arrives through it has `source()` as its source. */
+const reference = (log: Array<Sent>, from: FakeWindow, to: FakeWindow, source: () => PeerWindow): PeerWindow => ({
+  postMessage(data, targetOrigin) {
+    log.push({ from: from.origin, targetOrigin, data })
+    if (targetOrigin !== "*" && targetOrigin !== to.origin) return // the browser drops it
+    const event = { data: structuredClone(data), origin: from.origin, source: source() }
+    setTimeout(() => to.dispatch(event))
+  }
+})
+
+const APP = "https://app.example"
+const TOOLS = "https://tools.example"
+
+/** An outer window (APP) and the inner window (TOOLS) it frames, each with its reference to the other. */
+const pair = () => {
+  const log: Array<Sent> = []
+  const outer = new FakeWindow(APP)
+  const inner = new FakeWindow(TOOLS)
+  const toInner: PeerWindow = reference(log, outer, inner, () => toOuter)
+  const toOuter: PeerWindow = reference(log, inner, outer, () => toInner)
+  return { log, outer, inner, toInner, toOuter }
+}
+
+/** A frame whose navigation starts the inner side the test provides. */
+const fakeFrame = (window: PeerWindow, onNavigate: (url: string) => void) => {
+  const urls: Array<string> = []
+  const visible: Array<boolean> = []
+  const frame: FrameControl = {
+    window,
+    navigate: (url) => {
+      urls.push(url)
+      onNavigate(url)
+    },
+    setVisible: (v) => visible.push(v),
+    close: () => undefined
+  }
+  return { frame, urls, visible }
+}
+
+const adder = () => {
+  const server = new McpServer({ name: "adder", version: "1.0.0" })
+  server.registerTool("add", { inputSchema: { a: z.number(), b: z.number() } }, ({ a, b }) => ({ content: [{ type: "text", text: String(a + b) }] }))
+  return server
+}
+
+describe("postMessage transports over fake windows", () => {
+  it("an SDK Client calls an SDK McpServer; only the inner frame's first message goes to '*'", async () => {
+    const { inner, log, outer, toInner, toOuter } = pair()
+    const { frame, urls } = fakeFrame(toInner, () => void adder().connect(new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter })))
+    const client = new Client({ name: "app", version: "1.0.0" })
+    await client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp#stale`, sessionId: "s1", host: outer }))
+
+    expect((await client.callTool({ name: "add", arguments: { a: 2, b: 3 } })).content).toEqual([{ type: "text", text: "5" }])
+    expect(urls).toEqual([`${TOOLS}/mcp`])
+    expect(log[0]).toEqual({ from: TOOLS, targetOrigin: "*", data: { type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" } })
+    expect(log.slice(1).map(({ from, targetOrigin }) => [from, targetOrigin])).toEqual(
+      log.slice(1).map(({ from }) => [from, from === APP ? TOOLS : APP])
+    )
+    await client.close()
+  })
+
+  it("setup: the inner frame learns the session id and the asking origin, and completes with a title", async () => {
+    const { inner, outer, toInner, toOuter } = pair()
+    const { frame, urls, visible } = fakeFrame(toInner, () => {
+      const setup = new InnerFrameSetup({ allowedOrigins: [APP], requiresVisibleSetup: true, host: inner, outer: toOuter })
+      void setup.handshake().then(({ origin, sessionId }) =>
+        setup.complete({ serverTitle: `for ${origin} ${sessionId}`, transportVisibility: { requirement: "optional", optionalMessage: "logs" } })
+      )
+    })
+    const result = await runSetup(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s2", host: outer })
+    expect(result).toEqual({
+      type: "MCP_SETUP_COMPLETE",
+      status: "success",
+      serverTitle: `for ${APP} s2`,
+      transportVisibility: { requirement: "optional", optionalMessage: "logs" }
+    })
+    expect(urls).toEqual([`${TOOLS}/mcp#setup`])
+    expect(visible).toEqual([false, true])
+  })
+
+  it("another window of an allowed origin is not heard: its handshake reply does not pin the inner frame", async () => {
+    const { inner, log, outer, toInner, toOuter } = pair()
+    const impostor = new FakeWindow(APP)
+    const impostorToInner = reference(log, impostor, inner, () => ({ postMessage: () => undefined }))
+    let transport: InnerFrameTransport | undefined
+    const { frame } = fakeFrame(toInner, () => {
+      transport = new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter })
+      void adder().connect(transport)
+      // Queued before the real reply can be.
+      impostorToInner.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId: "impostor" }, "*")
+    })
+    const client = new Client({ name: "app", version: "1.0.0" })
+    await client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s3", host: outer }))
+    expect(transport?.sessionId).toBe("s3")
+    expect(transport?.origin).toBe(APP)
+    await client.close()
+  })
+
+  it("a handshake of another protocol version fails connect with UnsupportedVersion", async () => {
+    const { outer, toInner, toOuter } = pair()
+    const { frame } = fakeFrame(toInner, () => toOuter.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "2.0" }, "*"))
+    const client = new Client({ name: "app", version: "1.0.0" })
+    await expect(client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s4", host: outer }))).rejects.toMatchObject({
+      reason: "UnsupportedVersion",
+      message: "the peer speaks postMessage transport 2.0; this side speaks 1.0"
+    })
+  })
+})
+
+describe("postMessage messages", () => {
+  it("decodes every message of the spec, takes displayName for serverTitle, and rejects the malformed", () => {
+    const complete = { type: "MCP_SETUP_COMPLETE", status: "success", displayName: "Pi", transportVisibility: { requirement: "hidden" } }
+    expect(Messages.decode(complete)).toEqual(Option.some({ type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Pi", transportVisibility: { requirement: "hidden" } }))
+    const required = { type: "MCP_SETUP_REQUIRED", reason: "AUTH_EXPIRED", message: "m", canContinue: false }
+    expect([Messages.isSetupMessage(required), Messages.isTransportMessage(required)]).toEqual([false, true])
+    expect(Messages.isSetupMessage({ type: "MCP_SETUP_HANDSHAKE", protocolVersion: "1.0", requiresVisibleSetup: false })).toBe(true)
+    expect(Messages.isTransportMessage({ type: "MCP_TRANSPORT_ACCEPTED", sessionId: "s" })).toBe(true)
+    expect(Messages.isMCPMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "2.0", id: 1, method: "tools/list", _meta: {} } })).toBe(true)
+    expect(Messages.isMCPMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "1.0", id: 1, method: "tools/list" } })).toBe(false)
+    expect(Messages.isMCPMessage({ type: "MCP_MESSAGE", payload: { jsonrpc: "2.0", id: {}, method: "tools/list" } })).toBe(false)
+    expect(Messages.isPostMessageProtocol({ type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: "1.0" })).toBe(false) // no sessionId
+    expect(Messages.isPostMessageProtocol({ type: "MCP_SOMETHING_ELSE" })).toBe(false)
+  })
+})
