@@ -19,7 +19,7 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
+import * as Processes from "./support/Processes.ts"
 import { busLayer, namespace, stack, token } from "./support/Stack.ts"
 import { hub, page, progressPage, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
@@ -58,9 +58,10 @@ const raw = (base: string, init: RequestInit & { readonly headers?: Record<strin
   })
 
 /** `initialize` by plain POST; the session id. */
-const initialize = (base: string, t: string) =>
+const initialize = (base: string, t: string, protocolVersion = INIT.params.protocolVersion) =>
   Effect.gen(function*() {
-    const r = yield* raw(base, { method: "POST", headers: { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json" }, body: JSON.stringify(INIT) })
+    const body = JSON.stringify({ ...INIT, params: { ...INIT.params, protocolVersion } })
+    const r = yield* raw(base, { method: "POST", headers: { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json" }, body })
     expect(r.status).toBe(200)
     const session = r.headers.get("mcp-session-id")
     if (session === null) return yield* Effect.dieMessage("initialize returned no Mcp-Session-Id")
@@ -68,7 +69,7 @@ const initialize = (base: string, t: string) =>
   })
 
 /** SSE events of a GET stream opened with plain fetch, into a queue; the stream ends with the scope. */
-const sseStream = (base: string, t: string, session: string, lastEventId?: string) =>
+const sseStream = (base: string, t: string, session: string, version: string, lastEventId?: string) =>
   Effect.gen(function*() {
     const events = yield* Queue.unbounded<{ readonly id: string | undefined; readonly data: string }>()
     const ended = yield* Deferred.make<void>()
@@ -78,7 +79,7 @@ const sseStream = (base: string, t: string, session: string, lastEventId?: strin
       fetch(`${base}/hub`, {
         method: "GET",
         signal: abort.signal,
-        headers: { authorization: `Bearer ${t}`, accept: "text/event-stream", "mcp-session-id": session, ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId }) }
+        headers: { authorization: `Bearer ${t}`, accept: "text/event-stream", "mcp-session-id": session, "mcp-protocol-version": version, ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId }) }
       })
     )
     expect(res.status).toBe(200)
@@ -260,18 +261,45 @@ describe("/hub over Streamable HTTP", () => {
       yield* Queue.take(changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
       yield* toolsUntil(client, (n) => n.length === 2)
     }))
+
+  it.scopedLive("a GET stream is answered once it is attached: a change right after the 200 arrives, and 2025-11-25 clients get a priming id to resume from", () =>
+    Effect.gen(function*() {
+      const base = yield* start()
+      const ws = base.replace("http", "ws")
+      const t = yield* token({ sub: "alice" })
+      for (const [version, tabId] of [["2025-06-18", 1], ["2025-11-25", 2]] as const) {
+        const session = yield* initialize(base, t, version)
+        const headers = { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json", "mcp-session-id": session, "mcp-protocol-version": version }
+        // A change is news only against a list the session has.
+        expect((yield* raw(base, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }) })).status).toBe(200)
+        const stream = yield* sseStream(base, t, session, version)
+        yield* tab(ws, page(`v${tabId}`, ["t"]), { user: "alice", tabId, url: `https://v${tabId}.example.com/` })
+        const first = yield* stream.next
+        if (version === "2025-06-18") {
+          // Older clients would take empty data for a message: no priming event for them.
+          expect(JSON.parse(first.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
+          continue
+        }
+        expect(first).toEqual({ id: expect.any(String), data: "" })
+        const change = yield* stream.next
+        expect(JSON.parse(change.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
+        // Resuming from the priming id replays the change the stream had after it.
+        const resumed = yield* sseStream(base, t, session, version, first.id)
+        expect(yield* resumed.next).toEqual({ id: first.id, data: "" })
+        expect(yield* resumed.next).toEqual(change)
+        yield* stream.ended
+      }
+    }))
 })
 
 describe("/hub over Streamable HTTP across edges (NATS)", () => {
-  /** Edge A with the registry and router, and edge B alone, in a scope of its own so a test can kill it. */
+  /** Edge A with the registry and router, and edge B alone, on one NATS. */
   const twoEdges = Effect.gen(function*() {
     const { url } = yield* NatsServer
     const ns = namespace()
     const a = urlOf(yield* Layer.build(stack(busLayer([url], ns), { services })))
-    const scopeB = yield* Scope.make()
-    const b = urlOf(yield* Layer.buildWithScope(stack(busLayer([url], ns)), scopeB))
-    yield* Effect.addFinalizer(() => Scope.close(scopeB, Exit.void))
-    return { a, b, killB: Scope.close(scopeB, Exit.void), url, ns }
+    const b = urlOf(yield* Layer.build(stack(busLayer([url], ns))))
+    return { a, b }
   })
 
   it.scopedLive("initialize on edge A, every later request on edge B", () =>
@@ -296,25 +324,39 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
       expect(seen.slice(1).every((s) => s.endsWith(new URL(b).host))).toBe(true)
     }).pipe(Effect.provide(NatsServer.layer)), 120_000)
 
-  it.scopedLive("a GET stream resumed with Last-Event-ID on edge A after edge B died replays what was pushed meanwhile", () =>
+  it.scopedLive("the SDK client's GET stream, cut by killing its edge, resumes with Last-Event-ID on another edge and replays what was pushed meanwhile", () =>
     Effect.gen(function*() {
-      const { a, b, killB } = yield* twoEdges
+      const { url } = yield* NatsServer
+      const ns = namespace()
+      const a = urlOf(yield* Layer.build(stack(busLayer([url], ns), { services })))
+      // Edge B is a process of its own, so that it can die as a crashed pod does: SIGKILL, no goodbye.
+      const edgeB = yield* Processes.edge({ natsUrl: url, namespace: ns })
       const ws = a.replace("http", "ws")
-      const t = yield* token({ sub: "alice" })
-      const session = yield* initialize(a, t)
-      const headers = { authorization: `Bearer ${t}`, accept: BOTH, "content-type": "application/json", "mcp-session-id": session }
-      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).status).toBe(202)
-      // The list as the session saw it: empty.
-      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }) })).json()).toMatchObject({ result: { tools: [] } })
 
-      const onB = yield* sseStream(b, t, session)
+      // The load balancer: POSTs go to A; the GET stream goes to B while B lives, and to A after,
+      // but only once `reopen` is done, so that what is pushed meanwhile can only arrive by replay.
+      let bAlive = true
+      const reopen = yield* Deferred.make<void>()
+      const gets: Array<{ readonly host: string; readonly lastEventId: string | null; readonly status: number }> = []
+      const balance: typeof fetch = async (input, init) => {
+        const target = new URL(input instanceof Request ? input.url : input.toString())
+        const get = (init?.method ?? "GET") === "GET"
+        if (get && !bAlive) await Effect.runPromise(Deferred.await(reopen))
+        target.host = new URL(get && bAlive ? edgeB.url : a).host
+        const res = await fetch(target, init)
+        if (get) gets.push({ host: target.host, lastEventId: new Headers(init?.headers).get("last-event-id"), status: res.status })
+        return res
+      }
+      const { client, changes } = yield* httpHub(a, "alice", balance)
+      // A change is news only against a list the session has: this one is empty.
+      yield* toolsUntil(client, (n) => n.length === 0)
       yield* tab(ws, page("one", ["first"]), { user: "alice", tabId: 1, url: "https://one.example.com/" })
-      const firstEvent = yield* onB.next
-      expect(JSON.parse(firstEvent.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
-      expect(firstEvent.id).toBeDefined()
+      // Only the GET stream carries list_changed: every POST here is answered with JSON.
+      yield* Queue.take(changes).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no list_changed on the stream to B; GETs: ${JSON.stringify(gets)}`) }), Effect.orDie)
+      expect(gets).toEqual([{ host: new URL(edgeB.url).host, lastEventId: null, status: 200 }])
 
-      yield* killB
-      yield* onB.ended
+      bAlive = false
+      expect((yield* Effect.zipRight(edgeB.kill("SIGKILL"), edgeB.exited)).signal).toBe("SIGKILL")
       // A WebSocket session of the same user on the same replica hears the next change when ours does.
       const observer = yield* hub(ws, "alice")
       const heard = observer.changes.length
@@ -325,10 +367,15 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
         Effect.orDie
       )
       // Our session's mailbox took its wake before this ping: once answered, the change was pushed, to no stream.
-      expect((yield* raw(a, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 4, method: "ping" }) })).status).toBe(200)
-      const resumed = yield* sseStream(a, t, session, firstEvent.id)
-      const replayed = yield* resumed.next
-      expect(JSON.parse(replayed.data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
-      expect(replayed.id).not.toBe(firstEvent.id)
+      yield* Effect.promise(() => client.ping())
+      expect(yield* Queue.size(changes)).toBe(0)
+
+      yield* Deferred.succeed(reopen, undefined)
+      yield* Queue.take(changes).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no replay; GETs: ${JSON.stringify(gets)}`) }), Effect.orDie)
+      expect(gets).toHaveLength(2)
+      expect(gets[1]?.host).toBe(new URL(a).host)
+      expect(gets[1]?.lastEventId).toBeTruthy()
+      yield* toolsUntil(client, (n) => n.length === 2)
+      expect(textOf(yield* Effect.promise(() => client.callTool({ name: "website_tool_two_example_com_tab2_second", arguments: { text: "x" } })))).toBe("two:second:x")
     }).pipe(Effect.provide(NatsServer.layer)), 120_000)
 })

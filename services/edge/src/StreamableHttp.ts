@@ -56,11 +56,21 @@ interface Pending {
   sse: boolean
 }
 
-/** A GET stream: the session's own messages (`list_changed`), with event ids. */
+/**
+ * A GET stream: the session's own messages (`list_changed`), with event ids. Its 200 waits for the
+ * session's actor to acknowledge it, so that nothing pushed after the client has its answer is lost.
+ */
 interface Stream {
   readonly kind: "stream"
   readonly res: Http.ServerResponse
   readonly session: Subjects.ConnId
+  /** Until the acknowledgement; a 504 when it does not come. */
+  timer: ReturnType<typeof setTimeout> | undefined
+  /**
+   * The client takes an event with an id and empty data (MCP 2025-11-25 on), so the stream opens
+   * with one: a client cut before the first event then resumes from it, missing nothing.
+   */
+  readonly primes: boolean
 }
 
 const SESSION = "mcp-session-id"
@@ -207,7 +217,12 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
 
     const timedOut = (n: number) => {
       const ex = exchanges.get(n)
-      if (ex === undefined || ex.kind !== "post") return
+      if (ex === undefined) return
+      if (ex.kind === "stream") {
+        // Its actor never took it: the client may try again, and the actor forgets it if it ever does.
+        if (!ex.res.destroyed) fail(ex.res, 504, JsonRpc.ErrorCode.InternalError, "the session did not open the stream in time")
+        return
+      }
       exchanges.delete(n)
       if (ex.sse) return void ex.res.end()
       const body = failureBody(JsonRpc.ErrorCode.InternalError, "the session did not answer in time", ex.id)
@@ -313,14 +328,20 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
         if (res.destroyed) return
         const n = ++nextExchange
-        const stream: Stream = { kind: "stream", res, session }
+        const version = req.headers["mcp-protocol-version"]
+        const stream: Stream = {
+          kind: "stream",
+          res,
+          session,
+          timer: setTimeout(() => timedOut(n), config.responseTimeout),
+          primes: typeof version === "string" && version >= "2025-11-25"
+        }
         exchanges.set(n, stream)
-        res.writeHead(200, { ...SSE_HEADERS, [SESSION]: session })
-        res.flushHeaders()
         const subject = Subjects.conn(options.service, session)
         const control = (op: string, extra: Readonly<Record<string, string>> = {}) =>
           frameHeaders(session, claims.sub, { [Subjects.Header.http]: String(n), [Subjects.Header.httpOp]: op, ...extra })
         res.once("close", () => {
+          clearTimeout(stream.timer)
           if (exchanges.get(n) !== stream) return
           exchanges.delete(n)
           bus.unsafePublish(subject, "", control("stream-closed"))
@@ -404,6 +425,14 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
       const end = m.header(Subjects.Header.httpEnd) === "1"
       const data = m.data
       if (ex.kind === "stream") {
+        if (ex.timer !== undefined) {
+          clearTimeout(ex.timer)
+          ex.timer = undefined
+          ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
+          const id = m.header(Subjects.Header.eventId)
+          if (ex.primes && id !== undefined) ex.res.write(`id: ${id}\ndata: \n\n`)
+          else ex.res.flushHeaders()
+        }
         if (data.byteLength > 0) ex.res.write(sseEvent(Bus.text(m), m.header(Subjects.Header.eventId)))
         if (end) {
           exchanges.delete(n)

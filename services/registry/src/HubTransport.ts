@@ -61,6 +61,7 @@ export interface HttpOptions {
 
 interface Buffered {
   readonly id: string
+  readonly seq: number
   readonly at: number
   readonly data: string
 }
@@ -109,12 +110,26 @@ export const http = (
       const out = link.exchange(edge, conn.id, exchange)
       stream = { edge, exchange, out }
       const after = frame.lastEventId
+      // The acknowledgement, before anything else: the edge answers the GET only once the stream
+      // is attached here, so a client that has its 200 misses nothing. Its id is where this
+      // stream starts, for a client that is cut before the first event to resume from.
+      out.send("", { eventId: after ?? `${epoch}.${seq}` })
       if (after === undefined) return
       trim(Date.now())
-      // An id this session no longer has (too old, or from before an adoption): all it kept is
-      // the best it can do, and a repeated list_changed costs the client one tools/list.
-      const from = buffer.findIndex((e) => e.id === after) + 1
-      for (const e of buffer.slice(from)) out.send(e.data, { eventId: e.id })
+      for (const e of buffer.slice(replayFrom(after))) out.send(e.data, { eventId: e.id })
+    }
+
+    /**
+     * The first kept event after `id`. An id of another epoch (from before an adoption) gets all
+     * that was kept: the best this session can do, and a repeated list_changed costs the client
+     * one tools/list. Within the epoch, events up to `id` were seen, trimmed or not.
+     */
+    const replayFrom = (id: string) => {
+      const dot = id.lastIndexOf(".")
+      if (id.slice(0, dot) !== epoch) return 0
+      const n = Number(id.slice(dot + 1))
+      const from = buffer.findIndex((e) => e.seq > n)
+      return from < 0 ? buffer.length : from
     }
 
     return {
@@ -144,7 +159,7 @@ export const http = (
         const now = Date.now()
         const id = `${epoch}.${++seq}`
         if (options.replayEvents > 0) {
-          buffer.push({ id, at: now, data })
+          buffer.push({ id, seq, at: now, data })
           trim(now)
         }
         stream?.out.send(data, { eventId: id })
