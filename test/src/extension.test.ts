@@ -18,6 +18,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { mkdtemp, readFile, rm } from "node:fs/promises"
 import { createRequire } from "node:module"
@@ -426,6 +427,40 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
       })
     )
 
+    it.scoped("tab activation and navigation reach the registry: a domain's tool goes to the tab brought to the front, a navigated tab lists its new page's tools", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "heidi")
+        const one = yield* open(context, `${pages}/orders.html?one`)
+        const two = yield* open(context, `${pages}/orders.html?two`)
+        const [oneTab, twoTab] = [yield* tabIdOf(worker, `${pages}/orders.html?one`), yield* tabIdOf(worker, `${pages}/orders.html?two`)]
+        const { client } = yield* hub(ws, "heidi")
+        yield* toolsUntil(client, (n) => [oneTab, twoTab].every((id) => n.includes(toolName(pages, "orders", id))))
+        const cached = toolName(pages, "orders")
+        const callCached = Effect.promise(() => client.callTool({ name: cached, arguments: {} }))
+
+        for (const [front, back] of [[one, two], [two, one], [one, two]] as const) {
+          const before = [(yield* callsIn(front)).length, (yield* callsIn(back)).length]
+          yield* Effect.promise(() => front.bringToFront())
+          // The registry hears of it through the bridge; a call routed before then goes to the other tab.
+          yield* Effect.promise(() => client.listTools()).pipe(
+            Effect.map(({ tools }) => tools.find((t) => t.name === toolName(pages, "orders", front === one ? oneTab : twoTab))?.description ?? ""),
+            Effect.filterOrFail((d) => d.includes("active"), () => "not active yet"),
+            Effect.retry({ times: 200, schedule: Schedule.spaced("25 millis") }),
+            Effect.orDie
+          )
+          yield* callCached
+          expect([(yield* callsIn(front)).length, (yield* callsIn(back)).length]).toEqual([before[0]! + 1, before[1]])
+        }
+
+        // Navigating a tab to another page of the origin: its old page's tools go, the new page's come, same tab.
+        yield* Effect.promise(() => two.goto(`${pages}/shop.html`))
+        yield* toolsUntil(client, (n) => n.includes(toolName(pages, "search", twoTab)) && !n.includes(toolName(pages, "track", twoTab)))
+      })
+    )
+
     it.scoped("frames of another origin get nothing relayed: forged readies, forged answers", () =>
       Effect.gen(function*() {
         const { context, extensionId, otherOrigin, pages, worker } = yield* ExtensionBrowser
@@ -451,6 +486,31 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
       })
     )
   })
+
+  it.scoped("the popup sets the server URL and token, then shows the connection and the tabs that serve tools", () =>
+    Effect.gen(function*() {
+      const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+      const bus = yield* Layer.build(busLayer())
+      const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+      yield* setStorage(worker, { [Keys.serverUrl]: "", [Keys.token]: "" })
+      const popup = yield* open(context, `chrome-extension://${extensionId}/popup.html`)
+      yield* Effect.promise(() => popup.locator("#state").getByText("Not configured").waitFor({ timeout: 5_000 }))
+      yield* Effect.promise(async () => {
+        await popup.fill("#serverUrl", ws.replace("ws://", "http://"))
+        await popup.fill("#token", await Effect.runPromise(token({ sub: "ivan" })))
+        await popup.click("button[type=submit]")
+      })
+      const mcp = yield* client(ws, "ivan")
+      const [ext] = yield* extensionsUntil(mcp, (l) => l.length === 1)
+      yield* Effect.promise(() => popup.locator("#state").getByText(`Connected to ${new URL(ws.replace("ws", "http")).origin} as ivan (extension ${ext!.id})`).waitFor({ timeout: 5_000 }))
+
+      const shop = yield* open(context, `${pages}/shop.html`)
+      yield* Effect.promise(() => popup.locator("#tabs").getByText("1: search").waitFor({ timeout: 5_000 }))
+      yield* Effect.promise(() => shop.evaluate(() => (window as unknown as { registerLater: () => Promise<void> }).registerLater()))
+      yield* Effect.promise(() => popup.locator("#tabs").getByText("2: search, later").waitFor({ timeout: 5_000 }))
+      expect(yield* Effect.promise(() => popup.locator("#tabs td").first().textContent())).toBe("Shop")
+    })
+  )
 
   it.scoped("reconnects on its own after the server restarts, under the same extension_id", () =>
     Effect.gen(function*() {

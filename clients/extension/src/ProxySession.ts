@@ -65,7 +65,7 @@ export class ProxySession {
     if (typeof url === "string") return this.set({ state: "unconfigured", reason: url })
     const clientId = await Settings.clientId()
     if (generation !== this.generation || this.socket !== undefined) return
-    const server = url.origin
+    const server = settings.serverUrl
     this.set({ state: "connecting", server })
     const ws = new WebSocket(url)
     this.socket = ws

@@ -29,8 +29,9 @@ export interface PopupState {
 }
 
 chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
-  // Only the extension's own pages (the popup) may ask; content scripts have a tab.
-  if (sender.id !== chrome.runtime.id || sender.tab !== undefined) return false
+  // Only the extension's own pages (the popup, or it opened as the options page in a tab) may ask;
+  // a content script's sender is the web page it runs in.
+  if (sender.id !== chrome.runtime.id || sender.url?.startsWith(chrome.runtime.getURL("")) !== true) return false
   if (isRecord(message) && message["type"] === "state") {
     sendResponse({ proxy: proxy.state, tabs: TabRelay.state() } satisfies PopupState)
   }
