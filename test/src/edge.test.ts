@@ -175,7 +175,7 @@ describe("edge", () => {
       for (let i = 0; i < 100; i++) c.send({ jsonrpc: "2.0", id: i, method: "m" })
       const got = yield* Effect.forEach(Array.from({ length: 100 }), () => c.next)
       expect(got).toEqual(Array.from({ length: 100 }, (_, id) => ({ jsonrpc: "2.0", id, method: "m" })))
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 
   it.scopedLive("delivers one bus message to many of its sockets, and closes a socket on request, fitting a long reason in the frame", () =>
     Effect.gen(function*() {

@@ -147,5 +147,5 @@ describe("memory under anonymous load", () => {
       // what they exercise apart from the embedded run (the adapter's subscriptions and requests)
       // is the same on every path.
       yield* noneKept(yield* startAll(servers), "nats", CYCLES / 5)
-    }).pipe(Effect.provide(NatsServer.layer)), LIMIT)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), LIMIT)
 })

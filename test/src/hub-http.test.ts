@@ -322,7 +322,7 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
       expect(textOf(yield* Effect.promise(() => client.callTool({ name: "website_tool_shop_example_com_tab1_getCart", arguments: { text: "b" } })))).toBe("shop:getCart:b")
       expect(seen[0]).toBe(`POST ${new URL(a).host}`)
       expect(seen.slice(1).every((s) => s.endsWith(new URL(b).host))).toBe(true)
-    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 120_000)
 
   it.scopedLive("the SDK client's GET stream, cut by killing its edge, resumes with Last-Event-ID on another edge and replays what was pushed meanwhile", () =>
     Effect.gen(function*() {
@@ -377,5 +377,5 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
       expect(gets[1]?.lastEventId).toBeTruthy()
       yield* toolsUntil(client, (n) => n.length === 2)
       expect(textOf(yield* Effect.promise(() => client.callTool({ name: "website_tool_two_example_com_tab2_second", arguments: { text: "x" } })))).toBe("two:second:x")
-    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 120_000)
 })

@@ -62,5 +62,5 @@ describe("broker replicas", () => {
         expect.arrayContaining([{ id: "alice", privilege: "restricted" }, { id: "bob", privilege: "restricted" }])
       )
       expect((yield* alice.nextAny).payload).toEqual({ event: "join", participant: { id: "carol", privilege: "restricted" } })
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

@@ -89,5 +89,5 @@ describe("MCPx tracing", () => {
       assertShape(trace, accept, 2)
       const services = new Set(trace.map((s) => s.resource.attributes["service.name"]))
       expect(services).toEqual(new Set(["switchboard-edge-a", "switchboard-edge-b", "switchboard-broker"]))
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

@@ -68,5 +68,5 @@ describe("router replicas", () => {
       // And the extension going away still reaches the adopted client.
       ext.ws.close()
       expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", method: "disconnected", params: { connection_id: connectionId, reason: "Extension closed" } })
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

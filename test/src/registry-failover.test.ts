@@ -69,5 +69,5 @@ describe("registry replicas", () => {
         Effect.orDie
       )
       yield* toolsUntil(client, (n) => n.length === 2)
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

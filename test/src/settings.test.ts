@@ -78,5 +78,5 @@ describe("settings at start", () => {
       expect(run.code).toBe(1)
       const lines = run.stderr.split("\n").filter((l) => l.trim() !== "")
       expect(lines).toStrictEqual(["switchboard-edge: EDGE_MAX_PAYLOAD must be a whole number > 0, got -1"])
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

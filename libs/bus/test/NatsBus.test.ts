@@ -33,5 +33,5 @@ describe("nats kv keys", () => {
         expect([...listed].sort()).toEqual([...keys].sort())
       }
       expect((yield* bucket.keys()).includes("gone")).toBe(false)
-    }).pipe(Effect.provide(NatsServer.layer)))
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)))
 })
