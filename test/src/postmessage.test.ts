@@ -8,10 +8,17 @@ import { describe, expect, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { Registry } from "@switchboard/registry"
 import * as Schedule from "effect/Schedule"
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import type { BrowserContext, Frame, Page } from "playwright-core"
+import { buildEmbedScript } from "../../clients/postmessage/build.ts"
 import { origins } from "../../clients/postmessage/test/PageServer.ts"
 import { launch } from "./support/Browser.ts"
+import { serve, token } from "./support/Stack.ts"
+import { page as tabPage, tab } from "./support/Tabs.ts"
 import { until } from "./support/Until.ts"
 
 interface Harness {
@@ -22,6 +29,8 @@ interface Harness {
   readonly b: string
   /** A third origin, cross-site. */
   readonly c: string
+  /** The built script of the /embed page. */
+  readonly embedScript: string
 }
 class PostMessagePages extends Context.Tag("test/PostMessagePages")<PostMessagePages, Harness>() {}
 
@@ -29,9 +38,16 @@ const harness = Layer.scoped(
   PostMessagePages,
   Effect.gen(function*() {
     const served = yield* origins
+    // The page the edge serves at /embed, as the package build makes it.
+    const dir = yield* Effect.acquireRelease(
+      Effect.promise(() => mkdtemp(join(tmpdir(), "sb-embed-"))),
+      (d) => Effect.promise(() => rm(d, { recursive: true, force: true }))
+    )
+    const embedScript = join(dir, "embed.js")
+    yield* Effect.promise(() => buildEmbedScript(embedScript))
     // Popups here are opened from page.evaluate, which is no user gesture.
     const browser = yield* launch({ args: ["--disable-popup-blocking"] })
-    return { browser, ...served }
+    return { browser, embedScript, ...served }
   })
 )
 
@@ -65,6 +81,7 @@ interface OuterWindow {
   serve(options: Options): Promise<{ readonly ok: true } | Failure>
   rawHandshake(serverUrl: string, claimedOrigin: string): Promise<Array<unknown>>
   echo(text: string): Promise<string>
+  call(name: string, args: Readonly<Record<string, unknown>>): Promise<string>
   readonly log: Array<unknown>
   readonly errors: Array<string>
   readonly frame: { readonly element: HTMLIFrameElement | null }
@@ -88,6 +105,8 @@ const outerPage = (url: string) =>
       serve: (options: Options) => Effect.promise(() => page.evaluate((o) => (window as unknown as OuterWindow).serve(o), options)),
       rawHandshake: (serverUrl: string, claimedOrigin: string) =>
         Effect.promise(() => page.evaluate(([url, claimed]) => (window as unknown as OuterWindow).rawHandshake(url, claimed), [serverUrl, claimedOrigin] as const)),
+      call: (name: string, args: Readonly<Record<string, unknown>>) =>
+        Effect.promise(() => page.evaluate(([n, a]) => (window as unknown as OuterWindow).call(n, a), [name, args] as const)),
       echo: (text: string) => Effect.promise(() => page.evaluate((t) => (window as unknown as OuterWindow).echo(t), text)),
       log: Effect.promise(() => page.evaluate(() => (window as unknown as OuterWindow).log)),
       iframes: Effect.promise(() => page.evaluate(() => document.querySelectorAll("iframe").length)),
@@ -154,6 +173,8 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         // The transport phase runs on the base URL: no #setup.
         expect(outer.page.frames().map((f) => f.url())).toContain(serverUrl)
         expect(yield* outer.echo("hello")).toBe(`hello | token automatic | from ${a} | session ${id}`)
+        const inner = yield* frameAt(outer.page.context(), serverUrl)
+        expect(yield* evaluate(inner, "server.server.getClientVersion()")).toEqual({ name: "outer", version: "1.0.0" })
       }))
 
     it.scoped("the same through a popup opened with window.open", () =>
@@ -254,9 +275,10 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           ok: true,
           tools: ["lookupUser"],
           text: `user 42 is Ada, asked over session ${id}`,
-          origin: a,
-          sessionId: id
+          session: { sessionId: id, origin: a }
         })
+        // The SDK client in the frame really initialized (the server knows its name).
+        expect(yield* evaluate(outer.page, "server.server.getClientVersion()")).toEqual({ name: "copilot", version: "1.0.0" })
       }))
   })
 
@@ -352,7 +374,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           "marker"
         ])
         // Refused twice over: reported to onerror, and the rejected handshake. Nothing pinned, no server.
-        expect(yield* evaluate(inner, "[window.events, transport.origin ?? null, typeof window.server]")).toEqual([
+        expect(yield* evaluate(inner, "[window.events, transport.session ?? null, typeof window.server]")).toEqual([
           ["OriginNotAllowed", "OriginNotAllowed"],
           null,
           "undefined"
@@ -386,7 +408,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         expect(delivered.filter((m) => JSON.stringify(m).includes("forged") || m.method === "notifications/tools/list_changed")).toEqual([])
         expect(yield* evaluate(outer.page, "errors")).toEqual([])
         const inner = yield* frameAt(browser, serverUrl)
-        expect(yield* evaluate(inner, "[calls, events, transport.sessionId]")).toEqual([["real"], [], id])
+        expect(yield* evaluate(inner, "[calls, events, transport.session.sessionId]")).toEqual([["real"], [], id])
       }))
 
     it.scoped("a replayed or second handshake on a pinned transport is refused on both sides", () =>
@@ -406,7 +428,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         // A reply to the second handshake, had there been one, would arrive before this call.
         yield* outer.echo("again")
 
-        expect(yield* evaluate(inner, "[events, replies, transport.sessionId]")).toEqual([["SecondHandshake", "SecondHandshake"], [id, id, "second"], id])
+        expect(yield* evaluate(inner, "[events, replies, transport.session.sessionId]")).toEqual([["SecondHandshake", "SecondHandshake"], [id, id, "second"], id])
         expect(yield* evaluate(outer.page, "[errors, accepted]")).toEqual([["SecondHandshake"], [id]])
       }))
 
@@ -427,6 +449,100 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         })()`)
         yield* waitFor(outer.page, `got.includes("control")`)
         expect(yield* evaluate(outer.page, "got")).toEqual(["control"])
+      }))
+  })
+
+  describe("Switchboard's /embed", () => {
+    /** A Switchboard with the registry, whose /embed the origins may embed. */
+    const switchboard = (embedOrigins: string) =>
+      Effect.flatMap(PostMessagePages, ({ embedScript }) =>
+        serve(Registry.layer, { EMBED_ALLOWED_ORIGINS: embedOrigins, EMBED_SCRIPT: embedScript })
+      )
+
+    it.scoped("is a static page with its own script, a CSP that names who may frame it, and no secret", () =>
+      Effect.gen(function*() {
+        const { a } = yield* PostMessagePages
+        const { url } = yield* switchboard(a)
+        const html = yield* Effect.promise(() => fetch(`${url}/embed`))
+        expect(html.status).toBe(200)
+        expect(html.headers.get("content-type")).toBe("text/html; charset=utf-8")
+        const policy = html.headers.get("content-security-policy")
+        expect(policy).toContain("script-src 'self'")
+        expect(policy).toContain(`frame-ancestors ${a}`)
+        const body = yield* Effect.promise(() => html.text())
+        expect(body).not.toContain("<script>") // no inline script
+        expect(body).toContain('<script src="/embed/embed.js"></script>')
+        const script = yield* Effect.promise(() => fetch(`${url}/embed/embed.js`))
+        expect([script.status, script.headers.get("content-type")]).toEqual([200, "text/javascript; charset=utf-8"])
+
+        // Embedding is opt-in: with no origins, nobody may frame it.
+        const closed = yield* serve(Registry.layer, {})
+        const none = yield* Effect.promise(() => fetch(`${closed.url}/embed`))
+        expect(none.headers.get("content-security-policy")).toContain("frame-ancestors 'none'")
+      }))
+
+    it.scoped("an allowed app sets it up with a token, and after a reload lists and calls a tab's tool with no user action", () =>
+      Effect.gen(function*() {
+        const { a } = yield* PostMessagePages
+        const { url, ws } = yield* switchboard(a)
+        yield* tab(ws, tabPage("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+        const alice = yield* token({ sub: "alice" })
+        const outer = yield* outerPage(a)
+        const serverUrl = `${url}/embed`
+        const id = sessionId()
+
+        const form = outer.page.frameLocator("iframe[title=server]")
+        const setUp = Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind: "iframe" as const, serverUrl, sessionId: id }))
+        const user = Effect.gen(function*() {
+          expect(yield* Effect.promise(() => form.locator("#asking").textContent())).toBe(a)
+          yield* Effect.promise(() => form.locator("#token").fill(alice))
+          yield* Effect.promise(() => form.locator("#allow").click())
+        })
+        const [setup] = yield* Effect.all([setUp, user], { concurrency: 2 })
+        expect(setup).toEqual({
+          ok: true,
+          result: {
+            type: "MCP_SETUP_COMPLETE",
+            status: "success",
+            serverTitle: "Switchboard",
+            ephemeralMessage: "Switchboard connected",
+            transportVisibility: { requirement: "hidden" }
+          }
+        })
+
+        yield* Effect.promise(() => outer.page.reload())
+        const connected = yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id })
+        expect(connected).toEqual({ ok: true, tools: ["website_tool_shop_example_com_tab1_getCart"], hidden: true })
+        expect(yield* outer.call("website_tool_shop_example_com_tab1_getCart", { text: "via embed" })).toBe("shop:getCart:via embed")
+
+        // A session that was never set up is told to run setup, not served.
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: sessionId() })).toEqual({
+          ok: false,
+          reason: "SetupRequired",
+          message: "setup required (OTHER): Switchboard is not set up for this session"
+        })
+      }))
+
+    it.scoped("an app of an origin not allowed gets no tools: the browser refuses to frame it, and a popup is refused by the page", () =>
+      Effect.gen(function*() {
+        const { a, c } = yield* PostMessagePages
+        const { url } = yield* switchboard(a)
+        const outer = yield* outerPage(c)
+        const serverUrl = `${url}/embed`
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: sessionId(), handshakeTimeoutMs: 1000 })).toEqual({
+          ok: false,
+          reason: "HandshakeTimeout",
+          message: `no MCP_TRANSPORT_HANDSHAKE from ${serverUrl} within 1000 ms`
+        })
+        expect(yield* outer.connect({ kind: "popup", serverUrl, sessionId: sessionId() })).toEqual({
+          ok: false,
+          reason: "SetupRequired",
+          message: `setup required (PERMISSIONS_CHANGED): ${c} is not allowed to use this server`
+        })
+        expect(yield* outer.setUp({ kind: "popup", serverUrl, sessionId: sessionId() })).toMatchObject({
+          ok: true,
+          result: { status: "error", error: { code: "CONFIG_ERROR", message: `${c} is not allowed to use this server` } }
+        })
       }))
   })
 })

@@ -4,7 +4,8 @@
  * `complete()` with a title and the visibility the transport phase needs. An outer origin that is
  * not allowed is told so with an error `MCP_SETUP_COMPLETE`, and `handshake()` rejects.
  */
-import { type InnerOptions, InnerLink, type Session } from "./internal/InnerLink.ts"
+import { type InnerOptions, InnerLink } from "./internal/InnerLink.ts"
+import type { Session } from "./Peer.ts"
 import * as Messages from "./Messages.ts"
 import { PostMessageError } from "./PostMessageError.ts"
 

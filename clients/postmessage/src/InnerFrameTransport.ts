@@ -7,7 +7,8 @@
  */
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
-import { type InnerOptions, InnerLink, type Session } from "./internal/InnerLink.ts"
+import { type InnerOptions, InnerLink } from "./internal/InnerLink.ts"
+import type { Session } from "./Peer.ts"
 import * as Messages from "./Messages.ts"
 import { PostMessageError } from "./PostMessageError.ts"
 
@@ -17,7 +18,11 @@ export class InnerFrameTransport implements Transport {
   onclose?: (() => void) | undefined
   onerror?: ((error: Error) => void) | undefined
   onmessage?: ((message: JSONRPCMessage) => void) | undefined
-  sessionId?: string | undefined
+  /**
+   * The postMessage session, once the handshake is done. Not the Transport's `sessionId`: that is
+   * an MCP session id, and an SDK `Client` that finds one set after `start()` skips `initialize`.
+   */
+  session?: Session | undefined
 
   private readonly link: InnerLink
   private state: "new" | "open" | "closed" = "new"
@@ -37,15 +42,10 @@ export class InnerFrameTransport implements Transport {
     })
   }
 
-  /** The pinned outer origin, once the handshake is done. */
-  get origin(): string | undefined {
-    return this.link.origin
-  }
-
   /** The handshake without the accept: who is asking, under which session id. */
   async handshake(): Promise<Session> {
     const session = await this.link.run({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: Messages.PROTOCOL_VERSION })
-    this.sessionId = session.sessionId
+    this.session = session
     return session
   }
 

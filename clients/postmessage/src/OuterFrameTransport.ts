@@ -8,6 +8,7 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
 import type { FrameControl } from "./FrameControl.ts"
 import { Deadline } from "./internal/Deadline.ts"
+import type { Session } from "./Peer.ts"
 import { type OuterOptions, OuterLink } from "./internal/OuterLink.ts"
 import type { ProtocolMessage, SetupRequired } from "./Messages.ts"
 import { PostMessageError } from "./PostMessageError.ts"
@@ -35,8 +36,13 @@ export class OuterFrameTransport implements Transport {
     })
   }
 
-  get sessionId(): string {
-    return this.options.sessionId
+  /**
+   * The postMessage session (the id this frame chose, the origin it pinned), once the handshake is
+   * done. Not the Transport's `sessionId`: that is an MCP session id, and an SDK `Client` that
+   * finds one set after `start()` takes the connection for a resumed one and skips `initialize`.
+   */
+  get session(): Session | undefined {
+    return this.link.origin === undefined ? undefined : { sessionId: this.options.sessionId, origin: this.link.origin }
   }
 
   async start(): Promise<void> {

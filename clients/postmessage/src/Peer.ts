@@ -26,6 +26,12 @@ export interface PeerWindow {
   postMessage(message: unknown, targetOrigin: string): void
 }
 
+/** Who a handshake pinned: the session id the outer frame chose, and the outer or inner origin. */
+export interface Session {
+  readonly sessionId: string
+  readonly origin: string
+}
+
 /** `'*'` in an allow-list lets every origin in: for demos only, as the spec warns. */
 export const isAllowed = (allowedOrigins: ReadonlyArray<string>, origin: string): boolean =>
   allowedOrigins.includes(origin) || allowedOrigins.includes("*")

@@ -11,6 +11,5 @@ export { isMCPMessage, isPostMessageProtocol, isSetupMessage, isTransportMessage
 export * from "./OuterFrameSetup.ts"
 export * from "./OuterFrameTransport.ts"
 export { isSetupPhase } from "./internal/Phases.ts"
-export type { Session } from "./internal/InnerLink.ts"
-export type { Arrival, MessageHost, PeerWindow } from "./Peer.ts"
+export type { Arrival, MessageHost, PeerWindow, Session } from "./Peer.ts"
 export * from "./PostMessageError.ts"

@@ -86,9 +86,14 @@ const adder = () => {
 describe("postMessage transports over fake windows", () => {
   it("an SDK Client calls an SDK McpServer; only the inner frame's first message goes to '*'", async () => {
     const { inner, log, outer, toInner, toOuter } = pair()
-    const { frame, urls } = fakeFrame(toInner, () => void adder().connect(new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter })))
+    const server = adder()
+    const { frame, urls } = fakeFrame(toInner, () => void server.connect(new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter })))
     const client = new Client({ name: "app", version: "1.0.0" })
-    await client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp#stale`, sessionId: "s1", host: outer }))
+    const transport = new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp#stale`, sessionId: "s1", host: outer })
+    await client.connect(transport)
+    // The SDK initialized: the postMessage session id is not passed off as an MCP session to resume.
+    expect(server.server.getClientVersion()).toEqual({ name: "app", version: "1.0.0" })
+    expect(transport.session).toEqual({ sessionId: "s1", origin: TOOLS })
 
     expect((await client.callTool({ name: "add", arguments: { a: 2, b: 3 } })).content).toEqual([{ type: "text", text: "5" }])
     expect(urls).toEqual([`${TOOLS}/mcp`])
@@ -131,8 +136,7 @@ describe("postMessage transports over fake windows", () => {
     })
     const client = new Client({ name: "app", version: "1.0.0" })
     await client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s3", host: outer }))
-    expect(transport?.sessionId).toBe("s3")
-    expect(transport?.origin).toBe(APP)
+    expect(transport?.session).toEqual({ sessionId: "s3", origin: APP })
     await client.close()
   })
 

@@ -25,6 +25,7 @@ import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { WebSocket, WebSocketServer } from "ws"
 import * as EdgeConfig from "./Config.ts"
+import * as Embed from "./Embed.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import { type HttpRouteTable, type Route, type RouteTable, standard, standardHttp } from "./Routes.ts"
 import * as StreamableHttp from "./StreamableHttp.ts"
@@ -248,6 +249,8 @@ const make = (options: EdgeOptions) =>
         logCaught,
         countFrame
       })
+
+    const embed = yield* Embed.make
 
     // --- outbound: what services send to this edge's sockets -------------------------------
 
@@ -702,6 +705,7 @@ const make = (options: EdgeOptions) =>
         const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
         if (routed !== undefined) return forwardHttp(req, url, routed[1], reply)
         if (streamable?.serves(path) === true) return streamable.handle(req, res, url)
+        if (embed.serves(path)) return embed.handle(req, res, path)
         if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
         reply(404, "not found\n")
       })

@@ -6,7 +6,7 @@
 import * as Option from "effect/Option"
 import type { ProtocolMessage } from "../Messages.ts"
 import * as Messages from "../Messages.ts"
-import { type MessageHost, Peer, type PeerWindow } from "../Peer.ts"
+import { type MessageHost, Peer, type PeerWindow, type Session } from "../Peer.ts"
 import { PostMessageError } from "../PostMessageError.ts"
 import { Deadline } from "./Deadline.ts"
 import { DEFAULT_HANDSHAKE_TIMEOUT_MS, type Phase, replyType, versionProblem } from "./Phases.ts"
@@ -22,11 +22,6 @@ export interface InnerOptions {
   readonly outer?: PeerWindow
 }
 
-/** Who the handshake pinned. */
-export interface Session {
-  readonly sessionId: string
-  readonly origin: string
-}
 
 const defaultOuter = (): PeerWindow | null => window.parent !== window ? window.parent : window.opener as Window | null
 

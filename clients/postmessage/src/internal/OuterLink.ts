@@ -52,6 +52,11 @@ export class OuterLink {
     })
   }
 
+  /** The inner frame's origin, once pinned. */
+  get origin(): string | undefined {
+    return this.peer.origin
+  }
+
   get url(): string {
     return phaseUrl(this.options.serverUrl, this.phase)
   }

@@ -23,5 +23,5 @@ window.done = (async () => {
   }
   const { tools } = await client.listTools()
   const result = await client.callTool({ name: "lookupUser", arguments: { id: "42" } })
-  return { ok: true, tools: tools.map((tool) => tool.name), text: result.content[0].text, origin: transport.origin, sessionId: transport.sessionId }
+  return { ok: true, tools: tools.map((tool) => tool.name), text: result.content[0].text, session: transport.session }
 })()

@@ -53,14 +53,16 @@ window.connect = async (options) => {
   return { ok: true, tools: tools.map((tool) => tool.name), hidden: frame.element ? frame.element.hidden : null }
 }
 
-window.echo = async (text) => (await client.callTool({ name: "echo", arguments: { text } })).content[0].text
+window.call = async (name, args) => (await client.callTool({ name, arguments: args })).content[0].text
+window.echo = (text) => call("echo", { text })
 
 window.serve = async (options) => {
   const { transport } = open(options)
   const server = new McpServer({ name: "dashboard", version: "1.0.0" })
   server.registerTool("lookupUser", { description: "Looks a user up", inputSchema: { id: z.string() } }, ({ id }) => ({
-    content: [{ type: "text", text: `user ${id} is Ada, asked over session ${transport.sessionId}` }]
+    content: [{ type: "text", text: `user ${id} is Ada, asked over session ${transport.session.sessionId}` }]
   }))
+  window.server = server
   try {
     await server.connect(transport)
     return { ok: true }

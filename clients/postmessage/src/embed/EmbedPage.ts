@@ -1,0 +1,132 @@
+/**
+ * The script of Switchboard's `/embed` page: an inner frame of the postMessage transport that
+ * carries MCP between the embedding app and the user's `/hub` session, so the app sees the
+ * registry's MCP server (every tool of every tab of the user) as is. The setup phase asks the
+ * user for a token, showing which origin asks; it is stored per outer origin and session id, and
+ * the transport phase uses it without asking. The edge serves this page with a CSP and the allowed
+ * outer origins in a `<meta>` tag; nothing secret is in the page.
+ */
+import { InnerFrameSetup } from "../InnerFrameSetup.ts"
+import { InnerFrameTransport } from "../InnerFrameTransport.ts"
+import { isSetupPhase } from "../internal/Phases.ts"
+import type { Session } from "../Peer.ts"
+import { JsonRpcMessage } from "../Messages.ts"
+import * as Schema from "effect/Schema"
+
+/** The meta tag through which the edge names the outer origins it allows (space-separated). */
+export const ORIGINS_META = "switchboard-embed-origins"
+const AUTHENTICATE_ID = "switchboard-embed-authenticate"
+const isJsonRpcMessage = Schema.is(JsonRpcMessage)
+
+const byId = (id: string): HTMLElement => {
+  const found = document.getElementById(id)
+  if (found === null) throw new Error(`the /embed page has no #${id}`)
+  return found
+}
+
+const allowedOrigins = (): ReadonlyArray<string> =>
+  (document.querySelector(`meta[name="${ORIGINS_META}"]`)?.getAttribute("content") ?? "").split(/\s+/).filter((o) => o.length > 0)
+
+const tokenKey = ({ origin, sessionId }: Session) => `switchboard-embed-token ${origin} ${sessionId}`
+
+const hubUrl = (): string => {
+  const url = new URL("/hub", location.href)
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:"
+  return url.href
+}
+
+const parse = (text: unknown): unknown => {
+  try {
+    return typeof text === "string" ? JSON.parse(text) : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * A `/hub` session authenticated in-band (the token never goes into a URL); resolves once the
+ * registry accepted the token, rejects with its reason.
+ */
+const openHub = (token: string): Promise<WebSocket> =>
+  new Promise((resolve, reject) => {
+    const socket = new WebSocket(hubUrl(), "mcp")
+    socket.onopen = () => socket.send(JSON.stringify({ jsonrpc: "2.0", id: AUTHENTICATE_ID, method: "authenticate", params: { token } }))
+    socket.onmessage = (event) => {
+      const answer = parse(event.data)
+      if (typeof answer !== "object" || answer === null || !("id" in answer) || answer.id !== AUTHENTICATE_ID) return
+      socket.onmessage = null
+      socket.onclose = null
+      if ("result" in answer) resolve(socket)
+      else reject(new Error("the hub refused the token"))
+    }
+    socket.onclose = (event) => reject(new Error(event.reason.length > 0 ? event.reason : `the hub closed the connection (${event.code})`))
+  })
+
+const runSetupPhase = async () => {
+  const setup = new InnerFrameSetup({ allowedOrigins: allowedOrigins(), requiresVisibleSetup: true })
+  let session: Session
+  try {
+    session = await setup.handshake()
+  } catch (error) {
+    const refused = byId("refused")
+    refused.textContent = error instanceof Error ? error.message : String(error)
+    refused.hidden = false
+    console.warn("switchboard /embed: setup refused:", refused.textContent)
+    return
+  }
+  byId("asking").textContent = session.origin
+  byId("setup").hidden = false
+  const status = byId("status")
+  const token = byId("token") as HTMLInputElement
+  byId("allow").onclick = async () => {
+    status.textContent = "Checking the token…"
+    try {
+      const socket = await openHub(token.value)
+      socket.close(1000)
+      localStorage.setItem(tokenKey(session), token.value)
+      await setup.complete({ serverTitle: "Switchboard", transportVisibility: { requirement: "hidden" }, ephemeralMessage: "Switchboard connected" })
+      status.textContent = `Connected: ${session.origin} can use your Switchboard tools.`
+    } catch (error) {
+      status.textContent = `Not connected: ${error instanceof Error ? error.message : String(error)}`
+    }
+  }
+  byId("cancel").onclick = () => void setup.fail("USER_CANCELLED", "the user cancelled")
+}
+
+const runTransportPhase = async () => {
+  const transport = new InnerFrameTransport({ allowedOrigins: allowedOrigins() })
+  transport.onerror = (error) => console.warn("switchboard /embed:", error.message)
+  let session: Session
+  try {
+    session = await transport.handshake()
+  } catch {
+    return // refused or timed out; onerror said why
+  }
+  const token = localStorage.getItem(tokenKey(session))
+  if (token === null) {
+    return transport.requireSetup({ reason: "OTHER", message: "Switchboard is not set up for this session", canContinue: false })
+  }
+  let hub: WebSocket
+  try {
+    hub = await openHub(token)
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error)
+    return transport.requireSetup({ reason: "AUTH_EXPIRED", message: `Switchboard refused the stored token: ${why}`, canContinue: false })
+  }
+  transport.onmessage = (message) => hub.send(JSON.stringify(message))
+  transport.onclose = () => hub.close(1000)
+  hub.onmessage = (event) => {
+    const message = parse(event.data)
+    if (isJsonRpcMessage(message)) transport.send(message).catch(() => undefined)
+  }
+  hub.onclose = (event) => {
+    // 1008 is the hub's word for a token it no longer takes.
+    const after = event.code === 1008
+      ? transport.requireSetup({ reason: "AUTH_EXPIRED", message: event.reason, canContinue: false })
+      : Promise.resolve()
+    void after.finally(() => transport.close())
+  }
+  await transport.start()
+}
+
+void (isSetupPhase() ? runSetupPhase() : runTransportPhase()).catch((error: unknown) => console.error("switchboard /embed:", error))
