@@ -1,5 +1,5 @@
 /**
- * The soak check of issue 12: `npm start`'s process (the all-in-one on the embedded bus, as a real
+ * The soak check of issue 12 (with Streamable HTTP from issue 13): `npm start`'s process (the all-in-one on the embedded bus, as a real
  * child process) takes a minute of normal users and hostile traffic at once. The normal users'
  * requests must all succeed, every hostile input must get its refusal, the process must never
  * exit, and its heap after a full collection must end within 2 MiB of where it started.
@@ -9,6 +9,8 @@
  * readings and only growth is measured. Hostile participants take a new id every time, so state
  * kept per id shows up as growth.
  */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -147,6 +149,33 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
       )
     )
 
+    // The tool hub over Streamable HTTP: one long session calling the same tool, and a session
+    // opened, used and deleted every round (what a host that restarts often leaves behind).
+    const bobToken = yield* token({ sub: bob })
+    const httpClient = (name: string) =>
+      Effect.acquireRelease(
+        Effect.promise(async () => {
+          const c = new Client({ name, version: "0.0.0" })
+          const transport = new StreamableHTTPClientTransport(new URL(`${proc.url}/hub`), { requestInit: { headers: { Authorization: `Bearer ${bobToken}` } } })
+          await c.connect(transport)
+          return { c, transport }
+        }),
+        ({ c, transport }) => Effect.promise(() => transport.terminateSession().then(() => c.close()))
+      )
+    const httpCall = (c: Client, text: string) =>
+      Effect.gen(function*() {
+        const result = yield* Effect.promise(() => c.callTool({ name: tool!.name, arguments: { text } }))
+        if (textOf(result) !== `soak:echo:${text}`) return yield* Effect.dieMessage(`unexpected result ${JSON.stringify(result)}`)
+      })
+    const { c: longHttp } = yield* inScope(httpClient("soak-http"))
+    let httpCalls = 0
+    yield* loop(repeatUntil(done, "2 millis", tally.run("normal: hub tools/call over Streamable HTTP", httpCall(longHttp, `http ${httpCalls++}`))))
+    yield* forkLoop(
+      "normal: Streamable HTTP session opened, used and deleted",
+      "50 millis",
+      Effect.flatMap(httpClient("soak-http-short"), ({ c }) => httpCall(c, "short"))
+    )
+
     // An MCPx room: carol chats, dave hears every message (paced under the chat rate limit).
     const topic = "soak"
     const carol = yield* inScope(join(ws, topic, { id: "carol", privilege: "full" }))
@@ -251,6 +280,33 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
       Effect.gen(function*() {
         yield* Effect.forEach(Array.from({ length: 20 }), () => connect(`${ws}/mcp`), { concurrency: 20 })
         yield* Effect.sleep("1 second")
+      })
+    )
+
+    yield* forkLoop(
+      "hostile: Streamable HTTP without a token, with bad JSON, an unknown session, a wrong Accept and an oversized body",
+      "20 millis",
+      Effect.gen(function*() {
+        const json = { "content-type": "application/json", accept: "application/json, text/event-stream" }
+        const authed = { ...json, authorization: `Bearer ${mallory}` }
+        const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"m","version":"0"}}}`
+        const cases: ReadonlyArray<readonly [number, RequestInit]> = [
+          [401, { method: "POST", headers: json, body: initialize }],
+          [400, { method: "POST", headers: authed, body: "{not json" }],
+          [404, { method: "POST", headers: { ...authed, "mcp-session-id": crypto.randomUUID() }, body: `{"jsonrpc":"2.0","id":2,"method":"tools/list"}` }],
+          [406, { method: "POST", headers: { ...authed, accept: "text/html" }, body: initialize }]
+        ]
+        for (const [expected, init] of cases) {
+          const res = yield* Effect.promise(() => fetch(`${proc.url}/hub`, init).catch((e: unknown) => ({ status: String(e), text: async () => "" })))
+          yield* Effect.promise(() => res.text().catch(() => ""))
+          yield* expectThat(res.status === expected, { expected, status: res.status })
+        }
+        // Refused on its declared length, before the body is read (fetch would see its upload cut).
+        const oversized = yield* rawStatus(
+          proc.port,
+          `POST /hub HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${mallory}\r\nContent-Type: application/json\r\nAccept: ${json.accept}\r\nContent-Length: ${5 * 1024 * 1024}\r\n\r\n{"jsonrpc"`
+        )
+        yield* expectThat(oversized.startsWith("HTTP/1.1 413 "), { expected: 413, status: oversized })
       })
     )
 
@@ -363,10 +419,19 @@ describe("soak", () => {
       const counts = Object.fromEntries(soak.counts)
       console.log(JSON.stringify({ soak: "hostile+normal", seconds: Duration.toSeconds(SOAK), heapBefore: before, heapAfter: after, growth: after - before, counts }))
       expect(soak.failures).toEqual([])
-      for (const workload of ["normal: proxy createTab", "normal: hub tools/call", "normal: mcpx chat", "normal: history read"]) {
+      for (
+        const workload of [
+          "normal: proxy createTab",
+          "normal: hub tools/call",
+          "normal: hub tools/call over Streamable HTTP",
+          "normal: Streamable HTTP session opened, used and deleted",
+          "normal: mcpx chat",
+          "normal: history read"
+        ]
+      ) {
         expect(counts[workload] ?? 0, workload).toBeGreaterThan(100)
       }
-      expect(Object.keys(counts).filter((k) => k.startsWith("hostile:")).length).toBe(9)
+      expect(Object.keys(counts).filter((k) => k.startsWith("hostile:")).length).toBe(10)
       // The same process all along: it never exited, so nothing restarted it.
       expect(() => process.kill(proc.pid, 0)).not.toThrow()
       expect(after - before).toBeLessThan(HEAP_SLACK)
