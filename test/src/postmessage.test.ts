@@ -125,7 +125,7 @@ const innerServer = (origin: string, query: string) => unique(origin, "inner-ser
 /** The frame (in any page of the browser) at `url`, once it has navigated there. */
 const frameAt = (browser: BrowserContext, url: string) =>
   Effect.suspend(() => {
-    const frame = browser.pages().flatMap((p) => p.frames()).find((f) => f.url() === url)
+    const frame = browser.pages().flatMap((p) => p.frames()).find((f) => f.url() === url && !f.isDetached())
     return frame === undefined ? Effect.fail(`no frame at ${url}`) : Effect.succeed(frame)
   }).pipe(
     Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
@@ -543,6 +543,38 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           ok: true,
           result: { status: "error", error: { code: "CONFIG_ERROR", message: `${c} is not allowed to use this server` } }
         })
+      }))
+
+    it.scoped("embedded by another site, where Chromium blocks the frame's storage: setup says so, and a popup works instead", () =>
+      Effect.gen(function*() {
+        const { browser, c } = yield* PostMessagePages
+        const { url, ws } = yield* switchboard(c)
+        yield* tab(ws, tabPage("shop", ["getCart"]), { user: "bob", tabId: 2, url: "https://shop.example.com/" })
+        const bob = yield* token({ sub: "bob" })
+        const outer = yield* outerPage(c)
+        // Each attempt its own URL (the page ignores the query), so the test finds that attempt's frame.
+        const attempt = (kind: Kind) => `${url}/embed?${kind}`
+
+        /** Runs setup in `kind`, the user giving the token. */
+        const setUpWithToken = (kind: Kind, id: string) =>
+          Effect.all([
+            Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind, serverUrl: attempt(kind), sessionId: id })),
+            Effect.gen(function*() {
+              const form = yield* frameAt(browser, `${attempt(kind)}#setup`)
+              yield* Effect.promise(() => form.locator("#token").fill(bob))
+              yield* Effect.promise(() => form.locator("#allow").click())
+            })
+          ], { concurrency: 2 }).pipe(Effect.map(([setup]) => setup))
+
+        expect(yield* setUpWithToken("iframe", sessionId())).toMatchObject({
+          ok: true,
+          result: { status: "error", error: { code: "CONFIG_ERROR", message: expect.stringContaining("third-party storage is blocked") } }
+        })
+
+        const id = sessionId()
+        expect(yield* setUpWithToken("popup", id)).toMatchObject({ ok: true, result: { status: "success", serverTitle: "Switchboard" } })
+        expect(yield* outer.connect({ kind: "popup", serverUrl: attempt("popup"), sessionId: id })).toMatchObject({ ok: true, tools: ["website_tool_shop_example_com_tab2_getCart"] })
+        expect(yield* outer.call("website_tool_shop_example_com_tab2_getCart", { text: "popup" })).toBe("shop:getCart:popup")
       }))
   })
 })

@@ -29,6 +29,30 @@ const allowedOrigins = (): ReadonlyArray<string> =>
 
 const tokenKey = ({ origin, sessionId }: Session) => `switchboard-embed-token ${origin} ${sessionId}`
 
+/**
+ * The token lives in localStorage, which a browser may deny an iframe embedded by another site
+ * (third-party storage blocked, as headless Chromium does by default). A popup is a first-party
+ * window, so the same app can still use Switchboard through one.
+ */
+const STORAGE_BLOCKED = "this browser does not let Switchboard keep its token when another site embeds it in a frame " +
+  "(third-party storage is blocked): open it in a popup instead"
+
+const storedToken = (session: Session): string | null => {
+  try {
+    return localStorage.getItem(tokenKey(session))
+  } catch {
+    throw new Error(STORAGE_BLOCKED)
+  }
+}
+
+const storeToken = (session: Session, token: string): void => {
+  try {
+    localStorage.setItem(tokenKey(session), token)
+  } catch {
+    throw new Error(STORAGE_BLOCKED)
+  }
+}
+
 const hubUrl = (): string => {
   const url = new URL("/hub", location.href)
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:"
@@ -81,9 +105,15 @@ const runSetupPhase = async () => {
   byId("allow").onclick = async () => {
     status.textContent = "Checking the token…"
     try {
+      storedToken(session)
+    } catch (error) {
+      status.textContent = error instanceof Error ? error.message : String(error)
+      return setup.fail("CONFIG_ERROR", status.textContent)
+    }
+    try {
       const socket = await openHub(token.value)
       socket.close(1000)
-      localStorage.setItem(tokenKey(session), token.value)
+      storeToken(session, token.value)
       await setup.complete({ serverTitle: "Switchboard", transportVisibility: { requirement: "hidden" }, ephemeralMessage: "Switchboard connected" })
       status.textContent = `Connected: ${session.origin} can use your Switchboard tools.`
     } catch (error) {
@@ -102,7 +132,12 @@ const runTransportPhase = async () => {
   } catch {
     return // refused or timed out; onerror said why
   }
-  const token = localStorage.getItem(tokenKey(session))
+  let token: string | null
+  try {
+    token = storedToken(session)
+  } catch (error) {
+    return transport.requireSetup({ reason: "OTHER", message: error instanceof Error ? error.message : String(error), canContinue: false })
+  }
   if (token === null) {
     return transport.requireSetup({ reason: "OTHER", message: "Switchboard is not set up for this session", canContinue: false })
   }
