@@ -70,6 +70,7 @@ interface ExtensionGlobals {
   readonly chrome: {
     readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } }
     readonly tabs: { query(filter: { url: string }): Promise<Array<{ id?: number }>> }
+    readonly alarms: { get(name: string): Promise<{ periodInMinutes?: number } | undefined> }
   }
 }
 
@@ -243,14 +244,14 @@ const switchboard = (bus: Context.Context<Bus.Bus | Kv.Kv | Journal.Journal>, po
 const configure = (worker: Worker, ws: string, user: string) =>
   Effect.flatMap(token({ sub: user }), (t) => setStorage(worker, { [Keys.serverUrl]: ws.replace("ws://", "http://"), [Keys.token]: t }))
 
-/** The extensions the proxy lists for `mcp`'s user, once `ok` holds of them (polled: nothing announces it). */
-const extensionsUntil = (mcp: TestClient, ok: (list: ReadonlyArray<{ id: string; name: string }>) => boolean) =>
+/** The extensions the proxy lists for `mcp`'s user, once `ok` holds of them (polled for up to `seconds`: nothing announces it). */
+const extensionsUntil = (mcp: TestClient, ok: (list: ReadonlyArray<{ id: string; name: string }>) => boolean, seconds = 15) =>
   Effect.gen(function*() {
     for (let i = 0; ; i++) {
       const answer = yield* call(mcp, `list-${i}`, "list_extensions")
       const list = (answer.result as { extensions: Array<{ id: string; name: string }> }).extensions
       if (ok(list)) return list
-      if (i > 150) return yield* Effect.dieMessage(`list_extensions never matched; last: ${JSON.stringify(list)}`)
+      if (i > seconds * 10) return yield* Effect.dieMessage(`list_extensions never matched; last: ${JSON.stringify(list)}`)
       yield* Effect.sleep("100 millis")
     }
   })
@@ -532,5 +533,53 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
       expect(yield* ok(mcp, "getTabs")).toMatchObject({ tabs: expect.any(Array) })
       yield* second.stop
     })
+  )
+
+  it.scoped(
+    "survives the suspension of its service worker: a page wakes it, so does its alarm alone, and it comes back under the same extension_id",
+    () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "judy")
+        const mcp = yield* client(ws, "judy")
+        const [ext] = yield* extensionsUntil(mcp, (l) => l.length === 1)
+        // What Chrome does to an idle MV3 worker, done on demand from chrome://serviceworker-internals.
+        const internals = yield* open(context, "chrome://serviceworker-internals/")
+        const status = () => internals.evaluate(() => document.body.innerText.match(/Running Status: (\w+)/)?.[1])
+        const suspend = Effect.gen(function*() {
+          yield* Effect.promise(async () => {
+            await internals.reload()
+            await internals.waitForFunction(() => /Running Status: RUNNING/.test(document.body.innerText))
+            await internals.getByText("Stop", { exact: true }).first().click()
+          })
+          yield* Effect.promise(status).pipe(
+            Effect.filterOrFail((s) => s === "STOPPED", () => "still running"),
+            Effect.retry({ times: 100, schedule: Schedule.spaced("50 millis") }),
+            Effect.orDie
+          )
+          // Its socket closed with it.
+          yield* extensionsUntil(mcp, (l) => l.length === 0)
+        })
+
+        // A WebMCP page's content script wakes it: the proxy session and the page's tools are back.
+        yield* suspend
+        const shop = yield* open(context, `${pages}/shop.html`)
+        expect((yield* extensionsUntil(mcp, (l) => l.length === 1))[0]?.id).toBe(ext!.id)
+        const { client: hubClient } = yield* hub(ws, "judy")
+        yield* toolsUntil(hubClient, (n) => n.some((t) => t.endsWith("_search")))
+
+        // With no page to wake it (a page's bridge reconnects to a worker that went away), only the
+        // alarm (every 30 s) does, and it reconnects.
+        yield* Effect.promise(() => shop.close())
+        yield* suspend
+        expect((yield* extensionsUntil(mcp, (l) => l.length === 1, 45))[0]?.id).toBe(ext!.id)
+        expect(yield* Effect.promise(status)).toBe("RUNNING")
+        const page = yield* open(context, `chrome-extension://${extensionId}/popup.html`)
+        const alarm = yield* Effect.promise(() => page.evaluate(() => (globalThis as unknown as ExtensionGlobals).chrome.alarms.get("switchboard-keepalive")))
+        expect(alarm?.periodInMinutes).toBe(0.5)
+      }),
+    90_000
   )
 })

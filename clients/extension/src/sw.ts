@@ -18,7 +18,10 @@ Settings.onChange(() => {
 })
 
 // The floor under the proxy's 20 s status: a suspended worker wakes, and reconnects if it must.
-void chrome.alarms.create(KEEPALIVE, { periodInMinutes: 0.5 })
+// Created only once: creating it again on every start would put its next firing off each time.
+void chrome.alarms.get(KEEPALIVE).then(async (alarm) => {
+  if (alarm === undefined) await chrome.alarms.create(KEEPALIVE, { periodInMinutes: 0.5 })
+})
 chrome.alarms.onAlarm.addListener((alarm) => {
   if (alarm.name === KEEPALIVE) void proxy.ensure()
 })
