@@ -12,6 +12,9 @@ import { describe, expect, layer } from "@effect/vitest"
 import type { Bus, Journal, Kv } from "@switchboard/bus"
 import { buildExtension } from "@switchboard/extension/build"
 import { Keys } from "@switchboard/extension/keys"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
@@ -25,6 +28,7 @@ import { createRequire } from "node:module"
 import { createServer } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import type { BrowserContext, Page, Worker } from "playwright-core"
 import { type TestClient } from "./support/Client.ts"
 import { launch } from "./support/Browser.ts"
@@ -510,6 +514,60 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
       yield* Effect.promise(() => shop.evaluate(() => (window as unknown as { registerLater: () => Promise<void> }).registerLater()))
       yield* Effect.promise(() => popup.locator("#tabs").getByText("2: search, later").waitFor({ timeout: 5_000 }))
       expect(yield* Effect.promise(() => popup.locator("#tabs td").first().textContent())).toBe("Shop")
+    })
+  )
+
+  it.scoped("the stdio bridge (switchboard-mcp) drives the real extension: it opens a WebMCP page, uses the page's tool, clicks and screenshots", () =>
+    Effect.gen(function*() {
+      const { extensionId, pages, worker } = yield* ExtensionBrowser
+      const bus = yield* Layer.build(busLayer())
+      const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+      yield* configure(worker, ws, "kim")
+      const mcp = yield* client(ws, "kim")
+      yield* extensionsUntil(mcp, (l) => l.length === 1)
+      // The MCP host: the SDK's client with switchboard-mcp as its child process, as a desktop app runs it.
+      const root = fileURLToPath(new URL("../../", import.meta.url))
+      const accessToken = yield* token({ sub: "kim" })
+      const host = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const transport = new StdioClientTransport({
+            command: process.execPath,
+            args: [`${root}clients/cli/bin/switchboard-mcp.js`, "--url", ws.replace("ws://", "http://"), "--token", accessToken],
+            stderr: "ignore",
+            cwd: root
+          })
+          const host = new Client({ name: "test-host", version: "0.0.0" })
+          await host.connect(transport)
+          return host
+        }),
+        (host) => Effect.promise(() => host.close())
+      )
+      const attempt = (name: string, args: Record<string, unknown> = {}) => Effect.promise(() => host.callTool({ name, arguments: args }) as Promise<CallToolResult>)
+      const use = (name: string, args: Record<string, unknown> = {}) =>
+        attempt(name, args).pipe(Effect.tap((r) => (r.isError === true ? Effect.dieMessage(`${name} failed: ${JSON.stringify(r.content)}`) : Effect.void)))
+
+      // The bridge connects to Switchboard after the host's initialize; until then it says it is unreachable.
+      yield* attempt("browser_get_tabs").pipe(
+        Effect.filterOrFail((r) => r.isError !== true, () => "still unreachable"),
+        Effect.retry({ times: 100, schedule: Schedule.spaced("50 millis") }),
+        Effect.orDie
+      )
+      const opened = JSON.parse(textOf(yield* use("browser_create_tab", { url: `${pages}/shop.html` })) ?? "{}") as { tabId: number }
+      const search = toolName(pages, "search", opened.tabId)
+      yield* toolsUntil(host, (n) => n.includes(search))
+      expect(textOf(yield* use(search, { q: "boots" }))).toBe(`${new URL(pages).host} search:boots`)
+
+      yield* use("browser_navigate", { url: `${pages}/control.html` })
+      yield* use("browser_click", { selector: "#go" })
+      yield* use("browser_type", { selector: "#name", text: "via stdio" })
+      const read = yield* use("browser_cdp", { method: "Runtime.evaluate", params: { expression: "document.getElementById('out').textContent + '/' + document.getElementById('echo').textContent", returnByValue: true } })
+      expect(JSON.parse(textOf(read) ?? "{}")).toMatchObject({ result: { value: "clicked 1/via stdio" } })
+      const shot = yield* use("browser_screenshot", {})
+      const image = shot.content[0]
+      expect(image?.type).toBe("image")
+      expect(pngSize(Buffer.from(image?.type === "image" ? image.data : "", "base64"))).toMatchObject({ width: expect.any(Number) })
+      expect(JSON.parse(textOf(yield* use("browser_get_tabs")) ?? "{}")).toMatchObject({ tabs: expect.arrayContaining([expect.objectContaining({ id: opened.tabId, url: `${pages}/control.html` })]) })
+      yield* use("browser_close_tab", { tabId: opened.tabId })
     })
   )
 
