@@ -191,6 +191,12 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         expect(yield* outer.connect({ kind: "popup", serverUrl, sessionId: id })).toEqual({ ok: true, tools: ["echo"], hidden: null })
         expect(browser.pages().map((p) => p.url())).toContain(serverUrl)
         expect(yield* outer.echo("from a popup")).toBe(`from a popup | token automatic | from ${a} | session ${id}`)
+
+        // The user closes the popup: the SDK client hears the transport close, and why.
+        const popup = yield* frameAt(browser, serverUrl)
+        yield* Effect.promise(() => popup.page().close())
+        yield* waitFor(outer.page, "window.clientClosed === true")
+        expect(yield* evaluate(outer.page, "errors")).toEqual(["NoPeerWindow"])
       }))
 
     it.scoped("a visible setup shows the frame and who is asking; a cancel is an error; what it stores is scoped to the session id", () =>
@@ -494,6 +500,8 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         const form = outer.page.frameLocator("iframe[title=server]")
         const setUp = Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind: "iframe" as const, serverUrl, sessionId: id }))
         const user = Effect.gen(function*() {
+          // The form shows once the handshake has said who is asking.
+          yield* Effect.promise(() => form.locator("#asking").waitFor({ state: "visible" }))
           expect(yield* Effect.promise(() => form.locator("#asking").textContent())).toBe(a)
           yield* Effect.promise(() => form.locator("#token").fill(alice))
           yield* Effect.promise(() => form.locator("#allow").click())

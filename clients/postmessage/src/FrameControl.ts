@@ -15,6 +15,8 @@ export interface FrameControl {
   setVisible(visible: boolean): void
   /** Removes the iframe or closes the popup. */
   close(): void
+  /** Calls `listener` once if the window goes away by itself (a user closes the popup); returns a stop. */
+  onClosed?(listener: () => void): () => void
 }
 
 export interface IframeControlOptions {
@@ -101,5 +103,16 @@ export class PopupControl implements FrameControl {
   close(): void {
     this.popup?.close()
     this.popup = null
+  }
+
+  /** Polled: a cross-origin popup's closing fires no event the opener can hear. */
+  onClosed(listener: () => void): () => void {
+    const popup = this.popup
+    const timer = setInterval(() => {
+      if (popup !== null && !popup.closed) return
+      clearInterval(timer)
+      listener()
+    }, 250)
+    return () => clearInterval(timer)
   }
 }

@@ -10,7 +10,7 @@ import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
 import { type InnerOptions, InnerLink } from "./internal/InnerLink.ts"
 import type { Session } from "./Peer.ts"
 import * as Messages from "./Messages.ts"
-import { PostMessageError } from "./PostMessageError.ts"
+import { asError, PostMessageError } from "./PostMessageError.ts"
 
 export type InnerFrameTransportOptions = InnerOptions
 
@@ -56,7 +56,7 @@ export class InnerFrameTransport implements Transport {
       this.link.post({ type: "MCP_TRANSPORT_ACCEPTED", sessionId })
       this.state = "open"
     } catch (cause) {
-      const error = cause instanceof Error ? cause : new Error(String(cause))
+      const error = asError(cause)
       this.onerror?.(error)
       await this.close()
       throw error

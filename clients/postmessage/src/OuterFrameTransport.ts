@@ -11,7 +11,7 @@ import { Deadline } from "./internal/Deadline.ts"
 import type { Session } from "./Peer.ts"
 import { type OuterOptions, OuterLink } from "./internal/OuterLink.ts"
 import type { ProtocolMessage, SetupRequired } from "./Messages.ts"
-import { PostMessageError } from "./PostMessageError.ts"
+import { asError, PostMessageError } from "./PostMessageError.ts"
 
 export interface OuterFrameTransportOptions extends OuterOptions {
   /** Show the frame while connected: from the setup's `transportVisibility` and the user's choice. */
@@ -28,6 +28,7 @@ export class OuterFrameTransport implements Transport {
   private readonly link: OuterLink
   private readonly accepted = new Deadline<void>()
   private state: "new" | "connecting" | "open" | "closed" = "new"
+  private unwatch: (() => void) | undefined
 
   constructor(private readonly frame: FrameControl, private readonly options: OuterFrameTransportOptions) {
     this.link = new OuterLink(frame, options, "transport", {
@@ -50,6 +51,7 @@ export class OuterFrameTransport implements Transport {
     this.state = "connecting"
     this.frame.setVisible(this.options.visible ?? false)
     this.link.open()
+    this.unwatch = this.frame.onClosed?.(() => this.gone())
     try {
       await this.link.handshake.promise
       this.accepted.arm(this.link.timeoutMs, () =>
@@ -60,7 +62,7 @@ export class OuterFrameTransport implements Transport {
       await this.accepted.promise
       this.state = "open"
     } catch (cause) {
-      const error = cause instanceof Error ? cause : new Error(String(cause))
+      const error = asError(cause)
       this.onerror?.(error)
       await this.close()
       throw error
@@ -79,11 +81,24 @@ export class OuterFrameTransport implements Transport {
   close(): Promise<void> {
     if (this.state === "closed") return Promise.resolve()
     this.state = "closed"
+    this.unwatch?.()
     this.accepted.reject(new PostMessageError({ reason: "Closed", message: "closed before MCP_TRANSPORT_ACCEPTED" }))
     this.link.close()
     this.frame.close()
     this.onclose?.()
     return Promise.resolve()
+  }
+
+  /** The inner window went away by itself: a pending start fails with why, an open session ends. */
+  private gone(): void {
+    const error = new PostMessageError({ reason: "NoPeerWindow", message: `the window of ${this.link.url} was closed` })
+    if (this.state === "connecting") {
+      this.link.handshake.reject(error)
+      this.accepted.reject(error)
+    } else if (this.state === "open") {
+      this.onerror?.(error)
+      void this.close()
+    }
   }
 
   private receive(message: ProtocolMessage): void {

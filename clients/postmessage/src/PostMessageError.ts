@@ -26,3 +26,6 @@ export class PostMessageError extends Data.TaggedError("PostMessageError")<{
   readonly reason: PostMessageErrorReason
   readonly message: string
 }> {}
+
+/** What was thrown, as an Error: what `onerror` and a rejected `start()` carry. */
+export const asError = (thrown: unknown): Error => thrown instanceof Error ? thrown : new Error(String(thrown))

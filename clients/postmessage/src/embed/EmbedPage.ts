@@ -11,6 +11,7 @@ import { InnerFrameTransport } from "../InnerFrameTransport.ts"
 import { isSetupPhase } from "../internal/Phases.ts"
 import type { Session } from "../Peer.ts"
 import { JsonRpcMessage } from "../Messages.ts"
+import { asError } from "../PostMessageError.ts"
 import * as Schema from "effect/Schema"
 
 /** The meta tag through which the edge names the outer origins it allows (space-separated). */
@@ -93,7 +94,7 @@ const runSetupPhase = async () => {
     session = await setup.handshake()
   } catch (error) {
     const refused = byId("refused")
-    refused.textContent = error instanceof Error ? error.message : String(error)
+    refused.textContent = asError(error).message
     refused.hidden = false
     console.warn("switchboard /embed: setup refused:", refused.textContent)
     return
@@ -107,7 +108,7 @@ const runSetupPhase = async () => {
     try {
       storedToken(session)
     } catch (error) {
-      status.textContent = error instanceof Error ? error.message : String(error)
+      status.textContent = asError(error).message
       return setup.fail("CONFIG_ERROR", status.textContent)
     }
     try {
@@ -117,7 +118,7 @@ const runSetupPhase = async () => {
       await setup.complete({ serverTitle: "Switchboard", transportVisibility: { requirement: "hidden" }, ephemeralMessage: "Switchboard connected" })
       status.textContent = `Connected: ${session.origin} can use your Switchboard tools.`
     } catch (error) {
-      status.textContent = `Not connected: ${error instanceof Error ? error.message : String(error)}`
+      status.textContent = `Not connected: ${asError(error).message}`
     }
   }
   byId("cancel").onclick = () => void setup.fail("USER_CANCELLED", "the user cancelled")
@@ -136,7 +137,7 @@ const runTransportPhase = async () => {
   try {
     token = storedToken(session)
   } catch (error) {
-    return transport.requireSetup({ reason: "OTHER", message: error instanceof Error ? error.message : String(error), canContinue: false })
+    return transport.requireSetup({ reason: "OTHER", message: asError(error).message, canContinue: false })
   }
   if (token === null) {
     return transport.requireSetup({ reason: "OTHER", message: "Switchboard is not set up for this session", canContinue: false })
@@ -145,7 +146,7 @@ const runTransportPhase = async () => {
   try {
     hub = await openHub(token)
   } catch (error) {
-    const why = error instanceof Error ? error.message : String(error)
+    const why = asError(error).message
     return transport.requireSetup({ reason: "AUTH_EXPIRED", message: `Switchboard refused the stored token: ${why}`, canContinue: false })
   }
   transport.onmessage = (message) => hub.send(JSON.stringify(message))

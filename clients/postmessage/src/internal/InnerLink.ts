@@ -7,7 +7,7 @@ import * as Option from "effect/Option"
 import type { ProtocolMessage } from "../Messages.ts"
 import * as Messages from "../Messages.ts"
 import { type MessageHost, Peer, type PeerWindow, type Session } from "../Peer.ts"
-import { PostMessageError } from "../PostMessageError.ts"
+import { asError, PostMessageError } from "../PostMessageError.ts"
 import { Deadline } from "./Deadline.ts"
 import { DEFAULT_HANDSHAKE_TIMEOUT_MS, type Phase, replyType, versionProblem } from "./Phases.ts"
 
@@ -66,7 +66,7 @@ export class InnerLink {
     try {
       this.peer.announce(handshake)
     } catch (error) {
-      this.handshake.reject(error instanceof Error ? error : new Error(String(error)))
+      this.handshake.reject(asError(error))
     }
     return this.handshake.promise
   }

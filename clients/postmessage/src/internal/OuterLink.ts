@@ -7,7 +7,7 @@ import type { FrameControl } from "../FrameControl.ts"
 import type { ProtocolMessage } from "../Messages.ts"
 import * as Messages from "../Messages.ts"
 import { type MessageHost, Peer } from "../Peer.ts"
-import { PostMessageError } from "../PostMessageError.ts"
+import { asError, PostMessageError } from "../PostMessageError.ts"
 import { Deadline } from "./Deadline.ts"
 import { DEFAULT_HANDSHAKE_TIMEOUT_MS, handshakeType, type Phase, phaseUrl, versionProblem } from "./Phases.ts"
 
@@ -71,7 +71,7 @@ export class OuterLink {
     try {
       this.frame.navigate(this.url)
     } catch (error) {
-      this.handshake.reject(error instanceof Error ? error : new Error(String(error)))
+      this.handshake.reject(asError(error))
     }
   }
 

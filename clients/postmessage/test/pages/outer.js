@@ -36,6 +36,7 @@ const open = ({ kind, requirement, userWantsVisible, ...options }) => {
 window.connect = async (options) => {
   const { frame, transport } = open(options)
   const client = new Client({ name: "outer", version: "1.0.0" })
+  client.onclose = () => (window.clientClosed = true)
   try {
     await client.connect(transport)
   } catch (error) {
