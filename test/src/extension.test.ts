@@ -86,6 +86,7 @@ const controlPage = `<!doctype html><title>Control</title>
 <button id="go" onclick="document.getElementById('out').textContent = 'clicked ' + (++window.clicks)">Go</button>
 <p id="out">idle</p>
 <input id="name" oninput="document.getElementById('echo').textContent = this.value">
+<p id="menu" onmouseenter="this.textContent = 'open'" style="margin-top: 900px">closed</p>
 <p id="echo"></p>
 <script>window.clicks = 0</script>`
 
@@ -300,6 +301,9 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
         expect(yield* ok(mcp, "type", { selector: "#name", text: "hello" })).toMatchObject({ typed: true, value: "hello" })
         expect(yield* ok(mcp, "type", { selector: "#name", text: " world" })).toMatchObject({ value: "hello world" })
         expect(yield* evaluate(mcp, tabId, "document.getElementById('echo').textContent")).toBe("hello world")
+        // Hover is a real mouse move (trusted events, :hover), on an element scrolled into view first.
+        expect(yield* ok(mcp, "hover", { selector: "#menu" })).toMatchObject({ hovered: true, tag: "p", tabId })
+        expect(yield* evaluate(mcp, tabId, "[document.getElementById('menu').textContent, document.getElementById('menu').matches(':hover')]")).toEqual(["open", true])
 
         // A viewport screenshot is a PNG of the viewport's size.
         const viewport = yield* Effect.map(evaluate(mcp, tabId, "[innerWidth, innerHeight]"), (v) => v as [number, number])
@@ -344,7 +348,7 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
         expect(yield* request(mcp, "click", {})).toEqual({ error: { code: -32602, message: "selector is required and must be a non-empty string" } })
         expect(yield* request(mcp, "goForward", {})).toMatchObject({ error: { message: `tab ${tabId} has no next page` } })
         expect(yield* request(mcp, "forwardCDPCommand", { method: "No.such" })).toMatchObject({ error: { message: expect.stringMatching(/^No\.such failed in tab \d+: .*wasn't found/) } })
-        expect(yield* request(mcp, "hover", { selector: "#go" })).toMatchObject({ error: { code: -32601, message: expect.stringMatching(/^Method not found: hover/) } })
+        expect(yield* request(mcp, "drag", { selector: "#go" })).toMatchObject({ error: { code: -32601, message: expect.stringMatching(/^Method not found: drag \(this extension serves createTab, /) } })
         yield* ok(mcp, "closeTab", { tabId })
       })
     )

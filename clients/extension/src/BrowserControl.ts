@@ -221,7 +221,12 @@ const inPage = async <Args extends Array<string | boolean>, R>(tabId: number, fu
   return frame?.result as R
 }
 
-type Found = { readonly ok: true; readonly tag: string; readonly value?: string } | { readonly ok: false; readonly why: string }
+type Found =
+  | { readonly ok: true; readonly tag: string; readonly value?: string; readonly x?: number; readonly y?: number }
+  | { readonly ok: false; readonly why: string }
+
+// Each of the functions below runs on its own in the page (chrome.scripting serialises it), so
+// each finds its element itself rather than through a shared helper.
 
 /** Runs in the page: clicks the first element `selector` finds. */
 const clickIn = (selector: string): Found => {
@@ -266,6 +271,20 @@ const typeIn = (selector: string, text: string, clear: boolean): Found => {
   return { ok: false, why: `${JSON.stringify(selector)} is a <${el.tagName.toLowerCase()}>, which takes no text` }
 }
 
+/** Runs in the page: scrolls the first element `selector` finds into view; where its centre is, in CSS pixels of the viewport. */
+const centreIn = (selector: string): Found => {
+  let el: Element | null
+  try {
+    el = document.querySelector(selector)
+  } catch {
+    return { ok: false, why: `${JSON.stringify(selector)} is not a valid CSS selector` }
+  }
+  if (el === null) return { ok: false, why: `no element matches ${JSON.stringify(selector)}` }
+  el.scrollIntoView({ block: "center", inline: "center" })
+  const box = el.getBoundingClientRect()
+  return { ok: true, tag: el.tagName.toLowerCase(), x: box.left + box.width / 2, y: box.top + box.height / 2 }
+}
+
 const found = (tabId: number, answer: Found | undefined) => {
   if (answer === undefined) throw new MethodError(`tab ${tabId} gave no answer (is it still loading?)`)
   if (!answer.ok) throw new MethodError(`${answer.why} in tab ${tabId}`)
@@ -285,6 +304,15 @@ const type = async (params: Json) => {
   const tabId = idOf(await targetTab(params))
   const { ok: _ok, ...rest } = found(tabId, await inPage(tabId, typeIn, [selector, text, params["clear"] === true]))
   return { typed: true, ...rest }
+}
+
+/** A real mouse move through CDP, so `:hover` styles apply and the page sees trusted mouse events. */
+const hover = async (params: Json) => {
+  const selector = requiredString(params, "selector")
+  const tabId = idOf(await targetTab(params))
+  const { ok: _ok, x, y, ...rest } = found(tabId, await inPage(tabId, centreIn, [selector]))
+  await Debugger.send(tabId, "Input.dispatchMouseEvent", { type: "mouseMoved", x: x ?? 0, y: y ?? 0 })
+  return { hovered: true, ...rest }
 }
 
 const forwardCDPCommand = async (params: Json) => {
@@ -307,6 +335,7 @@ const methods: Readonly<Record<string, (params: Json) => Promise<unknown>>> = {
   screenshot,
   click,
   type,
+  hover,
   forwardCDPCommand
 }
 
