@@ -520,7 +520,8 @@ describe("/tabs: what a tab may send", () => {
 
   it.scopedLive("stale tab entries whose socket is gone are pruned", () =>
     Effect.gen(function*() {
-      const ctx = yield* build({ REGISTRY_STALE_TAB_AGE: "200 millis" })
+      // Fresh when written, so the hub sees it before a sweep (every 1.5 s here) finds it stale.
+      const ctx = yield* build({ REGISTRY_STALE_TAB_AGE: "1500 millis" })
       const bucket = yield* Context.get(ctx, Kv.Kv).bucket(Subjects.Bucket.tabs)
       const stale: RegistryProtocol.TabRecord = {
         user: "alice",
@@ -530,7 +531,7 @@ describe("/tabs: what a tab may send", () => {
         conn: "00000000-0000-4000-8000-000000000009",
         edge: "edge-gone",
         activatedAt: 0,
-        updatedAt: Date.now() - 60_000,
+        updatedAt: Date.now(),
         tools: [{ name: "gone", inputSchema: { type: "object" } }]
       }
       yield* bucket.put(Subjects.Key.tab("alice", stale.domain, stale.tabId), JSON.stringify(stale))
