@@ -4,7 +4,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Actors, Bus, Subjects } from "@switchboard/bus"
+import { Broker } from "@switchboard/broker"
 import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
+import { Router } from "@switchboard/router"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
@@ -14,6 +18,7 @@ import * as Scope from "effect/Scope"
 import type * as Net from "node:net"
 import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
 import * as Echo from "./support/Echo.ts"
+import * as Processes from "./support/Processes.ts"
 import { NatsServer } from "@switchboard/testing"
 import { busLayer, namespace, stack, type StackOptions, token } from "./support/Stack.ts"
 
@@ -238,3 +243,45 @@ describe("edge", () => {
       yield* closing.await
     }))
 })
+
+describe("edge readiness and access log", () => {
+  const readyz = (url: string) => Effect.promise(() => fetch(`${url}/readyz`).then(async (r) => ({ status: r.status, body: (await r.text()).trim() })))
+
+  it.scopedLive("/readyz is 503 while no service behind the edge runs, and says which are missing", () =>
+    Effect.gen(function*() {
+      const alone = Context.get(yield* Layer.build(stack(busLayer())), Edge.EdgeServer)
+      expect(yield* readyz(alone.url)).toEqual({ status: 503, body: "not ready: no live replica of router, broker, registry, so every upgrade would be refused" })
+      const some = Context.get(yield* Layer.build(stack(busLayer(), { services: Router.layer })), Edge.EdgeServer)
+      expect(yield* readyz(some.url)).toEqual({ status: 200, body: "ready, but no live replica of broker, registry" })
+      const all = Context.get(yield* Layer.build(stack(busLayer(), { services: Layer.mergeAll(Router.layer, Broker.layer, Registry.layer) })), Edge.EdgeServer)
+      expect(yield* readyz(all.url)).toEqual({ status: 200, body: "ready" })
+    }))
+
+  it.scopedLive("logs one line per upgrade (refusals too) and per close, at info, without the token", () =>
+    Effect.gen(function*() {
+      const proc = yield* Processes.allInOne({ namespace: namespace() })
+      const t = yield* token({ sub: "alice" })
+      const refused = yield* Effect.either(connect(`${proc.ws}/tabs?token=not-a-token`))
+      expect(refused._tag === "Left" && refused.left instanceof UpgradeRefused ? refused.left.status : refused._tag).toBe(401)
+      const tab = yield* connect(`${proc.ws}/tabs?token=${t}`)
+      tab.send({ jsonrpc: "2.0", id: 1, method: "ping" })
+      yield* tab.next
+      tab.ws.close(1000, "bye")
+      yield* closedWith(tab)
+      const lines = yield* Effect.suspend(() => {
+        const out = proc.output().split("\n").filter((l) => /message="edge: (opened|closed|refused)/.test(l))
+        return out.length >= 3 ? Effect.succeed(out) : Effect.fail("not yet")
+      }).pipe(Effect.retry(Schedule.spaced("50 millis")), Effect.timeout("5 seconds"), Effect.orDie)
+      const [refusedLine, opened, closed] = lines
+      expect(refusedLine).toMatch(/level=INFO .*message="edge: refused an upgrade with 401: invalid token: .*url="\/tabs\?token=…"/)
+      /** The line's `key=value` annotations. */
+      const fields = (line: string | undefined) => Object.fromEntries([...(line ?? "").matchAll(/ (\w+)=([^"\s]\S*)/g)].map((m) => [m[1], m[2]]))
+      expect(opened).toMatch(/level=INFO .*message="edge: opened \/tabs with 101"/)
+      expect(fields(opened)).toMatchObject({ path: "/tabs", remote: "127.0.0.1", user: "alice", conn: expect.stringMatching(/^[0-9a-f-]{36}$/) })
+      expect(closed).toMatch(/level=INFO .*message="edge: closed \/tabs with 1000: bye"/)
+      expect(fields(closed)).toMatchObject({ conn: fields(opened)["conn"], user: "alice", framesIn: "1", framesOut: "1", ms: expect.stringMatching(/^\d+$/) })
+      expect(proc.output()).not.toContain("not-a-token")
+      expect(proc.output()).not.toContain(t)
+    }), 60_000)
+})
+

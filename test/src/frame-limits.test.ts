@@ -52,7 +52,7 @@ describe("frame limits", () => {
       expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", method: "disconnected", params: { connection_id: connectionId, reason: why } })
       // The log line may trail the notification by a moment: it is written by another fiber.
       yield* Effect.suspend(() =>
-        /level=INFO.*closed \/extension socket with 1009: frame too large \(over 65536 bytes\)/.test(proc.output()) ? Effect.void : Effect.fail("not yet")
+        /level=INFO.*closed \/extension with 1009: frame too large \(over 65536 bytes\)/.test(proc.output()) ? Effect.void : Effect.fail("not yet")
       ).pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 100 }), Effect.orDieWith(() => new Error(`no info line in:\n${proc.output()}`)))
     }), { timeout: 90_000 })
 })

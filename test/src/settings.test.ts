@@ -1,10 +1,12 @@
 // `npm start` with a bad setting: refused before the banner and the dev token, with one line a
 // person can act on and exit code 1; and a duration typed as `5s` starts it. A service run as a
-// process of its own refuses the same way.
+// process of its own refuses the same way. What stops a start later (a port in use, a HOST that
+// does not resolve, NATS out of reach) is one line too, and risky settings get a warning.
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import { spawn } from "node:child_process"
+import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
 import { NatsServer } from "@switchboard/testing"
 import { namespace } from "./support/Stack.ts"
@@ -79,4 +81,67 @@ describe("settings at start", () => {
       const lines = run.stderr.split("\n").filter((l) => l.trim() !== "")
       expect(lines).toStrictEqual(["switchboard-edge: EDGE_MAX_PAYLOAD must be a whole number > 0, got -1"])
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
+
+describe("start-up failures and warnings", () => {
+  /** The non-empty lines of a run's stderr. */
+  const errorLines = (run: Run) => run.stderr.split("\n").filter((l) => l.trim() !== "")
+
+  it.scopedLive("a port in use is one line naming PORT, with exit code 1", () =>
+    Effect.gen(function*() {
+      const taken = yield* Effect.acquireRelease(
+        Effect.async<Net.Server>((resume) => {
+          const server = Net.createServer().listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+        }),
+        (server) => Effect.sync(() => server.close())
+      )
+      const port = (taken.address() as Net.AddressInfo).port
+      const run = yield* allInOne({ HOST: "127.0.0.1", PORT: String(port) })
+      expect(run.code).toBe(1)
+      expect(errorLines(run)).toStrictEqual([`switchboard: cannot listen on 127.0.0.1:${port}: the port is in use (set PORT to a free port)`])
+    }), 20_000)
+
+  it.scopedLive("a HOST that does not resolve is one line naming HOST, with exit code 1", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ HOST: "no-such-host.invalid" })
+      expect(run.code).toBe(1)
+      const lines = errorLines(run)
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toMatch(/^switchboard: HOST=no-such-host\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\); set HOST to an address or name of this machine/)
+    }), 20_000)
+
+  it.scopedLive("a NATS_URL nobody answers is one line naming NATS_URL, with exit code 1, for npm start and for a service alone", () =>
+    Effect.gen(function*() {
+      const closed = yield* Effect.async<number>((resume) => {
+        // A port that was just free: nobody listens on it.
+        const server = Net.createServer().listen(0, "127.0.0.1", () => {
+          const { port } = server.address() as Net.AddressInfo
+          server.close(() => resume(Effect.succeed(port)))
+        })
+      })
+      const url = `nats://127.0.0.1:${closed}`
+      for (const [main, name] of [["services/all-in-one/src/main.ts", "switchboard"], ["services/router/src/main.ts", "switchboard-router"]] as const) {
+        const run = yield* runMain(main, { NATS_URL: url, SWITCHBOARD_JWT_SECRET: "a-secret-that-is-long-enough-for-hs256-x" })
+        expect(run.code).toBe(1)
+        expect(errorLines(run)).toStrictEqual([`${name}: cannot connect to NATS at ${url}: connection refused (NATS_URL)`])
+      }
+    }), 40_000)
+
+  it.scopedLive("a weak SWITCHBOARD_JWT_SECRET gets a warning at start", () =>
+    Effect.gen(function*() {
+      const example = yield* allInOne({ SWITCHBOARD_JWT_SECRET: "change-me" }, /listening on /)
+      expect(example.stdout).toMatch(/level=WARN .*SWITCHBOARD_JWT_SECRET is weak \(the example value\)/)
+      const short = yield* allInOne({ SWITCHBOARD_JWT_SECRET: "only-twenty-bytes-xx" }, /listening on /)
+      expect(short.stdout).toMatch(/level=WARN .*SWITCHBOARD_JWT_SECRET is weak \(20 bytes\)/)
+      const strong = yield* allInOne({ SWITCHBOARD_JWT_SECRET: "x".repeat(32) }, /listening on /)
+      expect(strong.stdout).not.toContain("is weak")
+    }), 40_000)
+
+  it.scopedLive("a service started alone without NATS_URL warns that its embedded bus is private", () =>
+    Effect.gen(function*() {
+      const run = yield* runMain("services/router/src/main.ts", { SWITCHBOARD_JWT_SECRET: "x".repeat(32) }, /hosting connection actors/)
+      expect(run.stdout).toMatch(/level=WARN .*NATS_URL is not set: switchboard-router runs on a private embedded bus that no other process can reach/)
+      const all = yield* allInOne({}, /listening on /)
+      expect(all.stdout).not.toContain("private embedded bus")
+    }), 40_000)
 })

@@ -6,7 +6,7 @@ import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type { Bus, BusError } from "./Bus.ts"
+import { type Bus, BusError } from "./Bus.ts"
 import type { Journal } from "./Journal.ts"
 import type { Kv } from "./Kv.ts"
 import * as MemoryBus from "./MemoryBus.ts"
@@ -22,14 +22,28 @@ export const namespace = Config.string("SWITCHBOARD_NAMESPACE").pipe(
   Config.withDefault("sb")
 )
 
-export const layer = (name: string): Layer.Layer<Bus | Kv | Journal, BusError> =>
+/**
+ * `alone`: the process is one service of several (`services/<svc>/src/main.ts`), so an embedded bus
+ * would be its own, reachable by no other process: worth a warning, where the all-in-one's is not.
+ */
+export const layer = (name: string, options: { readonly alone?: boolean } = {}): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const url = yield* natsUrl
       const ns = yield* namespace
       return Option.match(url, {
-        onNone: () => Layer.tap(MemoryBus.layer, () => Effect.logInfo("using the embedded bus (set NATS_URL for NATS)")),
-        onSome: (servers) => NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name })
+        onNone: () =>
+          Layer.tap(MemoryBus.layer, () =>
+            options.alone === true
+              ? Effect.logWarning(
+                `NATS_URL is not set: ${name} runs on a private embedded bus that no other process can reach. ` +
+                  "Set NATS_URL to the NATS the other services use, or run everything in one process with `npm start`."
+              )
+              : Effect.logInfo("using the embedded bus (set NATS_URL for NATS)")),
+        onSome: (servers) =>
+          NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name }).pipe(
+            Layer.mapError((e) => (e.reason === "Connect" ? new BusError({ ...e, message: `${e.message} (NATS_URL)` }) : e))
+          )
       })
     }).pipe(Effect.orDie)
   )

@@ -4,6 +4,7 @@
  * value and what is expected, so that a process can print `describe(error)` as its one line.
  */
 import * as Config from "effect/Config"
+import * as Data from "effect/Data"
 import * as ConfigError from "effect/ConfigError"
 import * as Duration from "effect/Duration"
 import * as Either from "effect/Either"
@@ -110,3 +111,20 @@ export const describe = (error: ConfigError.ConfigError): string => {
     }
   }
 }
+
+/**
+ * What stops a process from starting once its settings are read: a port in use, a host that does
+ * not resolve, a bus it cannot reach. The message is the whole story, naming the setting to change.
+ */
+export class StartupFailure extends Data.TaggedError("StartupFailure")<{ readonly message: string; readonly cause?: unknown }> {}
+
+/**
+ * The one line a process prints when it cannot start: a refused setting, or any failure that
+ * carries a message (a start-up failure, a bus it cannot connect to). Defects are not handled here.
+ */
+export const failureLine = (error: unknown): string =>
+  ConfigError.isConfigError(error)
+    ? describe(error)
+    : typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
+    ? error.message.replace(/\s+/g, " ")
+    : String(error)

@@ -57,14 +57,16 @@ export const settings = Config.all(
 
 /**
  * `npm start`: an invalid setting ends the process with one line on stderr and exit code 1, before
- * the dev token is printed; only then do the layers start (and run until SIGTERM/SIGINT).
+ * the dev token is printed; only then do the layers start (and run until SIGTERM/SIGINT). What
+ * stops them from starting (a port in use, NATS out of reach) ends it the same way.
  */
-export const main = Effect.matchEffect(settings, {
-  onFailure: (error) =>
-    Console.error(`switchboard: ${Settings.describe(error)}`).pipe(
+export const main = settings.pipe(
+  Effect.zipRight(Layer.launch(layer)),
+  Effect.catchAll((error) =>
+    Console.error(`switchboard: ${Settings.failureLine(error)}`).pipe(
       Effect.zipRight(Effect.sync(() => {
         process.exitCode = 1
       }))
-    ),
-  onSuccess: () => Layer.launch(layer)
-})
+    )
+  )
+)

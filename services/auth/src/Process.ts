@@ -6,30 +6,28 @@ import { NodeRuntime } from "@effect/platform-node"
 import { type Bus, BusConfig, type Journal, type Kv } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 import { Logging, Telemetry } from "@switchboard/telemetry"
-import * as ConfigError from "effect/ConfigError"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as AuthClient from "./AuthClient.ts"
 
 /**
- * A layer that needs only the bus and tracing. A setting it refuses ends the process with one line
- * on stderr and exit code 1, as `npm start` does, instead of a logged cause with a stack.
+ * A layer that needs only the bus and tracing. A setting it refuses, or a failure that stops it
+ * from starting (NATS out of reach, a port in use), ends the process with one line on stderr and
+ * exit code 1, as `npm start` does, instead of a logged cause with a stack.
  */
 export const runOnBus = <E>(name: string, service: Layer.Layer<never, E, Bus.Bus | Kv.Kv | Journal.Journal | Telemetry.Tracing>) =>
   service.pipe(
-    Layer.provide(BusConfig.layer(`switchboard-${name}`)),
+    Layer.provide(BusConfig.layer(`switchboard-${name}`, { alone: true })),
     Layer.provide(Telemetry.layer(`switchboard-${name}`)),
     Layer.provide(Logging.layer),
     Layer.launch,
     Effect.catchAll((error) =>
-      ConfigError.isConfigError(error)
-        ? Console.error(`switchboard-${name}: ${Settings.describe(error)}`).pipe(
-          Effect.zipRight(Effect.sync(() => {
-            process.exitCode = 1
-          }))
-        )
-        : Effect.fail(error)
+      Console.error(`switchboard-${name}: ${Settings.failureLine(error)}`).pipe(
+        Effect.zipRight(Effect.sync(() => {
+          process.exitCode = 1
+        }))
+      )
     ),
     NodeRuntime.runMain({ disablePrettyLogger: true })
   )

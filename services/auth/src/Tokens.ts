@@ -3,7 +3,7 @@
  * default; a JWKS URL with issuer and audience checks in production. Expiry and `nbf` are checked
  * by `jwtVerify` itself. Whichever claim names the user, verified claims carry it as `sub`.
  */
-import { Auth } from "@switchboard/protocol"
+import { Auth, Settings } from "@switchboard/protocol"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -154,10 +154,11 @@ const fromConfig = (fallbackSecret: Option.Option<string>) =>
     const jwksUrl = yield* AuthConfig.jwksUrl
     const key = Option.orElse(Option.map(secret, Redacted.value), () => fallbackSecret)
     if (Option.isNone(key) && Option.isNone(jwksUrl)) {
-      return yield* Effect.dieMessage(
-        "auth: set SWITCHBOARD_JWT_SECRET (HS256) or SWITCHBOARD_JWKS_URL; refusing to start without a verification key"
-      )
+      return yield* new Settings.StartupFailure({
+        message: "set SWITCHBOARD_JWT_SECRET (HS256) or SWITCHBOARD_JWKS_URL: there is no key to verify tokens with"
+      })
     }
+    if (Option.isSome(secret)) yield* warnIfWeak(Redacted.value(secret.value))
     return make({
       secret: Option.map(key, (k) => encoder.encode(k)),
       jwksUrl,
@@ -167,8 +168,17 @@ const fromConfig = (fallbackSecret: Option.Option<string>) =>
     })
   })
 
+/** HS256 with a short secret falls to a brute-force search, and then anyone can be anyone. */
+const warnIfWeak = (secret: string) => {
+  const bytes = Buffer.byteLength(secret)
+  return bytes >= 32 && secret !== "change-me" ? Effect.void : Effect.logWarning(
+    `SWITCHBOARD_JWT_SECRET is weak (${secret === "change-me" ? "the example value" : `${bytes} bytes`}): whoever guesses it can sign tokens for any user. ` +
+      "Use 32 random bytes or more, e.g. `openssl rand -base64 32`."
+  )
+}
+
 /** Keys from the environment; fails at start when none is configured. */
-export const layer: Layer.Layer<Tokens> = Layer.effect(Tokens, fromConfig(Option.none())).pipe(Layer.orDie)
+export const layer: Layer.Layer<Tokens, Settings.StartupFailure> = Layer.effect(Tokens, fromConfig(Option.none()).pipe(Effect.catchTag("ConfigError", Effect.die)))
 
 /**
  * For one-process development: when no key is configured, a random secret is generated and
@@ -183,5 +193,5 @@ export const layerWithDevFallback = (onGenerated: (tokens: TokensShape) => Effec
       const tokens = yield* fromConfig(Option.some(randomBytes(32).toString("base64url")))
       yield* onGenerated(tokens)
       return tokens
-    })
-  ).pipe(Layer.orDie)
+    }).pipe(Effect.orDie)
+  )

@@ -6,7 +6,7 @@
  */
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
-import { type Auth, Edge as EdgeProtocol } from "@switchboard/protocol"
+import { type Auth, Edge as EdgeProtocol, Settings } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import * as Cause from "effect/Cause"
@@ -78,6 +78,11 @@ interface Socket {
   sentClose: readonly [number, string] | undefined
   /** Terminates a peer that does not answer the edge's close; cleared once the socket is closed. */
   closeTimer: ReturnType<typeof setTimeout> | undefined
+  /** For the access log's close line. */
+  readonly openedAt: number
+  readonly user: string | undefined
+  framesIn: number
+  framesOut: number
 }
 
 const MAX_PENDING_FRAMES = 1024
@@ -124,12 +129,29 @@ const targetOf = (req: Http.IncomingMessage): URL | undefined => {
   return url
 }
 
+/** A request target as logs may show it: a `token` in the query is a credential, and is left out. */
+const loggable = (target: string | undefined) => (target ?? "").replace(/([?&]token=)[^&#]*/gi, "$1…")
+
 /** What a log line says about the request an error happened in. */
 const requestLog = (req: Http.IncomingMessage) => ({
   method: req.method ?? "",
-  url: req.url ?? "",
+  url: loggable(req.url),
   remote: req.socket.remoteAddress ?? "unknown"
 })
+
+/** Why the edge could not listen, in words that name the setting to change. */
+const listenFailure = (error: Error & { readonly code?: string }, host: string, port: number) => {
+  const message = error.code === "EADDRINUSE"
+    ? `cannot listen on ${host}:${port}: the port is in use (set PORT to a free port)`
+    : error.code === "EACCES"
+    ? `cannot listen on ${host}:${port}: permission denied (ports below 1024 need privileges; set PORT)`
+    : error.code === "ENOTFOUND" || error.code === "EAI_AGAIN"
+    ? `HOST=${host} does not resolve (${error.code}); set HOST to an address or name of this machine, e.g. 0.0.0.0`
+    : error.code === "EADDRNOTAVAIL"
+    ? `HOST=${host} is not an address of this machine (set HOST, e.g. 0.0.0.0 or 127.0.0.1)`
+    : `cannot listen on ${host}:${port}: ${error.message}`
+  return new Settings.StartupFailure({ message, cause: error })
+}
 
 /** How long a refused upgrade's socket may wait for the peer to close its side before it is destroyed. */
 const REFUSED_LINGER_MS = 2000
@@ -276,6 +298,7 @@ const make = (options: EdgeOptions) =>
         return
       }
       metrics.framesOut++
+      s.framesOut++
       metrics.bytesOut += data.byteLength
       if (!s.corked) {
         s.corked = true
@@ -353,6 +376,7 @@ const make = (options: EdgeOptions) =>
       if (isBinary) return closeSocket(s, CloseCode.Unsupported, "binary frames are not supported; send text")
       countFrame()
       metrics.framesIn++
+      s.framesIn++
       metrics.bytesIn += data.byteLength
       const budget = s.budget.take()
       if (budget === "abusive") return closeSocket(s, CloseCode.PolicyViolation, "rate limit exceeded")
@@ -407,10 +431,17 @@ const make = (options: EdgeOptions) =>
       // and then terminated, for not reading the close frame either, is still a 1013, not a 1006.
       const [why, because] = s.sentClose ?? [code, reason]
       metrics.closed(s.path, why)
-      // Refusals and failures are what an operator looks for when a peer says it was cut off.
-      if (why === CloseCode.PolicyViolation || why === CloseCode.TooBig || why === CloseCode.InternalError) {
-        runFork(Effect.logInfo(`edge: closed ${s.path} socket with ${why}: ${because}`).pipe(Effect.annotateLogs(socketLog(s))))
-      }
+      runFork(
+        Effect.logInfo(`edge: closed ${s.path} with ${why}${because === "" ? "" : `: ${because}`}`).pipe(
+          Effect.annotateLogs({
+            ...socketLog(s),
+            user: s.user ?? "-",
+            ms: Date.now() - s.openedAt,
+            framesIn: s.framesIn,
+            framesOut: s.framesOut
+          })
+        )
+      )
       if (wasOpen) tellClosed(s, why, because)
       else s.closedWith = [why, because]
     }
@@ -492,9 +523,14 @@ const make = (options: EdgeOptions) =>
         closedWith: undefined,
         alive: true,
         sentClose: undefined,
-        closeTimer: undefined
+        closeTimer: undefined,
+        openedAt: Date.now(),
+        user: claims?.sub,
+        framesIn: 0,
+        framesOut: 0
       }
       sockets.set(id, s)
+      runFork(Effect.logInfo(`edge: opened ${s.path} with 101`).pipe(Effect.annotateLogs({ ...socketLog(s), user: s.user ?? "-" })))
       ws.on("close", (code, reason) => {
         try {
           onClose(s, code, reason.toString())
@@ -540,6 +576,12 @@ const make = (options: EdgeOptions) =>
 
     const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })
 
+    /** An upgrade answered with an HTTP error, in the access log as the upgrades it refuses are. */
+    const refuse = (req: Http.IncomingMessage, socket: Duplex, status: number, message: string) => {
+      runFork(Effect.logInfo(`edge: refused an upgrade with ${status}: ${message}`).pipe(Effect.annotateLogs(requestLog(req))))
+      refuseUpgrade(socket, status, message)
+    }
+
     /** A socket whose handler threw: closed 1011, or cut if even that fails. */
     const socketFailed = (s: Socket, event: string, cause: unknown) => {
       logCaught(`edge: socket ${event} handler threw`, cause, socketLog(s))
@@ -556,36 +598,36 @@ const make = (options: EdgeOptions) =>
      */
     const acceptVerified = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
       if (socket.destroyed) return
-      if (shuttingDown) return refuseUpgrade(socket, 503, "shutting down")
+      if (shuttingDown) return refuse(req, socket, 503, "shutting down")
       const release = byUser.take(claims.sub)
       if (release === undefined) {
-        return refuseUpgrade(socket, 429, `too many connections for user ${claims.sub} (at most ${config.perUser})`)
+        return refuse(req, socket, 429, `too many connections for user ${claims.sub} (at most ${config.perUser})`)
       }
       socket.once("close", release)
       accept(req, socket, head, url, route, claims)
     }
 
     const upgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
-      if (shuttingDown) return refuseUpgrade(socket, 503, "shutting down")
+      if (shuttingDown) return refuse(req, socket, 503, "shutting down")
       const url = targetOf(req)
-      if (url === undefined) return refuseUpgrade(socket, 400, "malformed request target")
+      if (url === undefined) return refuse(req, socket, 400, "malformed request target")
       const route = routes[url.pathname]
-      if (route === undefined) return refuseUpgrade(socket, 404, `no WebSocket endpoint at ${url.pathname}`)
+      if (route === undefined) return refuse(req, socket, 404, `no WebSocket endpoint at ${url.pathname}`)
       const origin = req.headers.origin
       if (!anyOrigin && origin !== undefined && !config.origins.includes(origin)) {
-        return refuseUpgrade(socket, 403, `origin ${origin} is not allowed`)
+        return refuse(req, socket, 403, `origin ${origin} is not allowed`)
       }
       // The slot is the TCP socket's, from here to its close, whatever happens in between (a
       // refused token, a handshake ws rejects, a socket that lives for days).
       const address = req.socket.remoteAddress ?? "unknown"
       const release = byAddress.take(address)
       if (release === undefined) {
-        return refuseUpgrade(socket, 429, `too many connections from ${address} (at most ${config.perAddress})`)
+        return refuse(req, socket, 429, `too many connections from ${address} (at most ${config.perAddress})`)
       }
       socket.once("close", release)
       const token = bearer(req, url)
       if (token === undefined) {
-        if (route.auth === "upgrade") return refuseUpgrade(socket, 401, "a bearer token is required (Authorization header or ?token=)")
+        if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
         return accept(req, socket, head, url, route, undefined)
       }
       runFork(
@@ -595,7 +637,7 @@ const make = (options: EdgeOptions) =>
             Effect.sync(() =>
               Either.match(verdict, {
                 onLeft: (e) =>
-                  refuseUpgrade(socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
+                  refuse(req, socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
                 onRight: (claims) => acceptVerified(req, socket, head, url, route, claims)
               })
             )
@@ -603,7 +645,7 @@ const make = (options: EdgeOptions) =>
           Effect.catchAllCause((cause) =>
             Effect.sync(() => {
               logCaught("edge: upgrade failed after the token check", Cause.squash(cause), requestLog(req))
-              refuseUpgrade(socket, 500, "internal error")
+              refuse(req, socket, 500, "internal error")
             })
           )
         )
@@ -617,7 +659,7 @@ const make = (options: EdgeOptions) =>
       } catch (cause) {
         logCaught("edge: upgrade handler threw", cause, requestLog(req))
         // `openSocket` catches its own: what reaches here threw before the handshake, so the peer still reads HTTP.
-        refuseUpgrade(socket, 500, "internal error")
+        refuse(req, socket, 500, "internal error")
       }
     }
 
@@ -699,7 +741,13 @@ const make = (options: EdgeOptions) =>
         const path = url.pathname
         if (req.method === "GET" && path === "/healthz") return reply(200, "ok\n")
         if (req.method === "GET" && path === "/readyz") {
-          return shuttingDown ? reply(503, "shutting down\n") : bus.isConnected() ? reply(200, "ready\n") : reply(503, "bus disconnected\n")
+          if (shuttingDown) return reply(503, "shutting down\n")
+          if (!bus.isConnected()) return reply(503, "bus disconnected\n")
+          return void runFork(Effect.map(absentServices, (absent) => {
+            if (absent.length === 0) return reply(200, "ready\n")
+            const what = `no live replica of ${absent.join(", ")}`
+            return absent.length === served.length ? reply(503, `not ready: ${what}, so every upgrade would be refused\n`) : reply(200, `ready, but ${what}\n`)
+          }))
         }
         if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
         const routed = httpRoutes.find(([prefix]) => path.startsWith(prefix))
@@ -710,6 +758,20 @@ const make = (options: EdgeOptions) =>
         reply(404, "not found\n")
       })
     }
+
+    // --- readiness: an edge none of whose services runs would refuse every upgrade -----------
+
+    const served = [...new Set(Object.values(routes).map((r) => r.service))]
+    const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+    /** Probes come every few seconds from each kubelet: one look at the replica keys per second is plenty. */
+    let lastLook: { readonly at: number; readonly absent: ReadonlyArray<Subjects.ServiceName> } | undefined
+    const absentServices = Effect.suspend(() =>
+      lastLook !== undefined && Date.now() - lastLook.at < 1000
+        ? Effect.succeed(lastLook.absent)
+        : Effect.filter(served, (service) =>
+          Effect.map(replicas.keys(Subjects.Key.replicas(service)), (keys) => keys.length === 0).pipe(Effect.orElseSucceed(() => true))
+        ).pipe(Effect.tap((absent) => Effect.sync(() => (lastLook = { at: Date.now(), absent }))))
+    )
 
     // --- resources, in the order they must be released --------------------------------------
 
@@ -728,7 +790,7 @@ const make = (options: EdgeOptions) =>
     )
 
     const server = yield* Effect.acquireRelease(
-      Effect.async<Http.Server, Error>((resume) => {
+      Effect.async<Http.Server, Settings.StartupFailure>((resume) => {
         const headersTimeout = Duration.toMillis(config.headersTimeout)
         const server = Http.createServer({
           // A peer that sends its headers (an upgrade's too) or its body a byte at a time must
@@ -738,7 +800,7 @@ const make = (options: EdgeOptions) =>
           connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeout / 2))
         }, onRequest)
         server.on("upgrade", onUpgrade)
-        server.once("error", (e) => resume(Effect.fail(e)))
+        server.once("error", (e) => resume(Effect.fail(listenFailure(e, config.host, config.port))))
         server.listen(config.port, config.host, () => {
           // Once listening, an error (accept failing for want of file descriptors, say) is logged; the edge carries on.
           server.on("error", (e) => logCaught("edge: server error", e, {}))
@@ -764,7 +826,7 @@ const make = (options: EdgeOptions) =>
           })
           yield* edges.delete(Subjects.Key.edge(edgeId)).pipe(Effect.ignore)
         })
-    ).pipe(Effect.orDie)
+    )
 
     const ping = setInterval(() => {
       for (const s of sockets.values()) {
@@ -791,5 +853,5 @@ const make = (options: EdgeOptions) =>
 
 export const layer = (
   options: EdgeOptions = {}
-): Layer.Layer<EdgeServer, Bus.BusError | ConfigError.ConfigError, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Telemetry.Tracing> =>
+): Layer.Layer<EdgeServer, Bus.BusError | ConfigError.ConfigError | Settings.StartupFailure, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Telemetry.Tracing> =>
   Layer.scoped(EdgeServer, make(options))
