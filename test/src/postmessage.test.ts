@@ -531,6 +531,33 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         })
       }))
 
+    it.scoped("once the stored token has expired, a connection is refused with MCP_SETUP_REQUIRED (AUTH_EXPIRED)", () =>
+      Effect.gen(function*() {
+        const { a } = yield* PostMessagePages
+        const { url } = yield* switchboard(a)
+        const shortLived = yield* token({ sub: "carol", ttl: "3 seconds" })
+        const outer = yield* outerPage(a)
+        const serverUrl = `${url}/embed`
+        const id = sessionId()
+        const form = outer.page.frameLocator("iframe[title=server]")
+        const [setup] = yield* Effect.all([
+          Effect.promise(() => outer.page.evaluate((o) => (window as unknown as OuterWindow).setUp(o), { kind: "iframe" as const, serverUrl, sessionId: id })),
+          Effect.promise(async () => {
+            await form.locator("#token").fill(shortLived)
+            await form.locator("#allow").click()
+          })
+        ], { concurrency: 2 })
+        expect(setup).toMatchObject({ ok: true, result: { status: "success" } })
+
+        // Nothing announces an expiry: connect until the token is refused (every 250 ms, up to 10 s).
+        const refused = yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id }).pipe(
+          Effect.flatMap((r) => (r.ok ? Effect.zipRight(Effect.sleep("250 millis"), Effect.fail("still accepted")) : Effect.succeed(r))),
+          Effect.retry({ times: 40 }),
+          Effect.orDieWith((what) => new Error(what))
+        )
+        expect(refused).toMatchObject({ ok: false, reason: "SetupRequired", message: expect.stringContaining("setup required (AUTH_EXPIRED): Switchboard refused the stored token") })
+      }))
+
     it.scoped("an app of an origin not allowed gets no tools: the browser refuses to frame it, and a popup is refused by the page", () =>
       Effect.gen(function*() {
         const { a, c } = yield* PostMessagePages
