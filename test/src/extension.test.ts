@@ -234,10 +234,12 @@ const browser = Layer.scoped(
   })
 )
 
-/** A Switchboard (router and registry) on `port`, over an outside bus, that a test can stop and start again. */
+/** A Switchboard (edge, router and registry) on `port`, over an outside bus, that a test can stop and start again; two on one bus are two replicas. */
 const switchboard = (bus: Context.Context<Bus.Bus | Kv.Kv | Journal.Journal>, port: number, extensionId: string) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
+    // Stopped with the test at the latest.
+    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
     yield* Layer.buildWithScope(
       stack(Layer.succeedContext(bus), { services: Layer.mergeAll(Router.layer, Registry.layer), env: { PORT: String(port), ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } }),
       scope
@@ -572,6 +574,27 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
       expect(pngSize(Buffer.from(image?.type === "image" ? image.data : "", "base64"))).toMatchObject({ width: expect.any(Number) })
       expect(JSON.parse(textOf(yield* use("browser_get_tabs")) ?? "{}")).toMatchObject({ tabs: expect.arrayContaining([expect.objectContaining({ id: opened.tabId, url: `${pages}/control.html` })]) })
       yield* use("browser_close_tab", { tabId: opened.tabId })
+    })
+  )
+
+  it.scoped("across two edges on one bus: the extension on one, the MCP clients on the other", () =>
+    Effect.gen(function*() {
+      const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+      const bus = yield* Layer.build(busLayer())
+      const browserSide = yield* switchboard(bus, yield* freePort, extensionId)
+      const clientSide = yield* switchboard(bus, yield* freePort, extensionId)
+      yield* configure(worker, browserSide.ws, "leo")
+      const mcp = yield* client(clientSide.ws, "leo")
+      const [ext] = yield* extensionsUntil(mcp, (l) => l.length === 1)
+      yield* attach(mcp, ext!.id)
+      const { tabId } = (yield* ok(mcp, "createTab", { url: `${pages}/shop.html` })) as { tabId: number }
+      const { client: hubClient } = yield* hub(clientSide.ws, "leo")
+      const search = toolName(pages, "search", tabId)
+      yield* toolsUntil(hubClient, (n) => n.includes(search))
+      expect(textOf(yield* Effect.promise(() => hubClient.callTool({ name: search, arguments: { q: "far" } })))).toBe(`${new URL(pages).host} search:far`)
+      const shop = context.pages().find((p) => p.url() === `${pages}/shop.html`)
+      expect(yield* callsIn(shop!)).toEqual(["search:far"])
+      yield* ok(mcp, "closeTab", { tabId })
     })
   )
 
