@@ -22,6 +22,7 @@ export class Deadline<A> {
   /** Starts (or restarts) the clock. */
   arm(ms: number, error: () => Error): void {
     clearTimeout(this.timer)
+    if (!this.pending) return
     this.timer = setTimeout(() => this.reject(error()), ms)
   }
 
