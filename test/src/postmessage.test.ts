@@ -175,6 +175,10 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         expect(yield* outer.echo("hello")).toBe(`hello | token automatic | from ${a} | session ${id}`)
         const inner = yield* frameAt(outer.page.context(), serverUrl)
         expect(yield* evaluate(inner, "server.server.getClientVersion()")).toEqual({ name: "outer", version: "1.0.0" })
+        // The default sandbox: the server's frame may not navigate the page that embeds it.
+        yield* evaluate(inner, `try { top.location.href = "${b}/blank.html" } catch {}`)
+        expect(yield* outer.echo("still embedded")).toContain("still embedded")
+        expect(outer.page.url()).toBe(`${a}/outer.html`)
       }))
 
     it.scoped("the same through a popup opened with window.open", () =>

@@ -22,11 +22,18 @@ export interface FrameControl {
 export interface IframeControlOptions {
   /** Where the iframe goes. */
   readonly container: HTMLElement
-  /** Extra attributes for each iframe, such as `title`, `allow` or `sandbox`. */
+  /** Extra attributes for each iframe, such as `title` or `allow`; a `sandbox` here replaces the default. */
   readonly attributes?: Readonly<Record<string, string>>
   /** How visibility is shown; by default the iframe's `hidden` attribute. */
   readonly setVisible?: (iframe: HTMLIFrameElement, visible: boolean) => void
 }
+
+/**
+ * The sandbox every iframe gets unless told otherwise, as the spec advises: the server may run
+ * scripts, keep its own storage (its origin stays its own, which the allow-lists need: a sandboxed
+ * origin is "null") and open popups, but never navigate this page.
+ */
+export const DEFAULT_SANDBOX = "allow-scripts allow-same-origin allow-forms allow-popups"
 
 export class IframeControl implements FrameControl {
   private iframe: HTMLIFrameElement | null = null
@@ -46,7 +53,7 @@ export class IframeControl implements FrameControl {
   navigate(url: string): void {
     this.close()
     const iframe = this.options.container.ownerDocument.createElement("iframe")
-    for (const [name, value] of Object.entries(this.options.attributes ?? {})) iframe.setAttribute(name, value)
+    for (const [name, value] of Object.entries({ sandbox: DEFAULT_SANDBOX, ...this.options.attributes })) iframe.setAttribute(name, value)
     this.iframe = iframe
     this.show()
     iframe.src = url
