@@ -14,7 +14,7 @@ import { buildExtension } from "@switchboard/extension/build"
 import { Keys } from "@switchboard/extension/keys"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
+import type { CallToolResult, Progress } from "@modelcontextprotocol/sdk/types.js"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
@@ -139,6 +139,25 @@ const pagesWith = (global: string, polyfill: string) => ({
   document.modelContext.mcpServer.registerTool("orders", { description: "orders on " + location.host, annotations: { cache: true } }, async () => {
     window.calls.push("orders")
     return { content: [{ type: "text", text: location.host + " orders" }] }
+  })`
+  ),
+  // Reports progress, then waits until the test releases it or the call is cancelled.
+  "/long.html": webmcpPage(
+    "Long",
+    "global.js",
+    `window.cancelled = []
+  document.modelContext.mcpServer.registerTool("long", { description: "a long call" }, async (...received) => {
+    const ctx = received[received.length - 1], progressToken = ctx.mcpReq._meta?.progressToken
+    window.calls.push("long")
+    for (let i = 1; i <= 3 && progressToken !== undefined; i++) {
+      await ctx.mcpReq.notify({ method: "notifications/progress", params: { progressToken, progress: i, total: 3 } })
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+    await new Promise((resolve) => {
+      window.release = resolve
+      ctx.mcpReq.signal.addEventListener("abort", () => resolve(window.cancelled.push("long")))
+    })
+    return { content: [{ type: "text", text: "done" }] }
   })`
   ),
   "/polyfill.html": webmcpPage("Polyfill only", "polyfill.js", `tool("lookup"); window.registerLater = () => tool("later")`),
@@ -391,6 +410,33 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
         expect(textOf(yield* Effect.promise(() => client.callTool({ name: search, arguments: { q: "shoes" } })))).toBe(`${new URL(pages).host} search:shoes`)
         expect(yield* callsIn(other)).toEqual(["search:hats"])
         expect(yield* callsIn(shop)).toEqual(["search:socks", "later:", "search:shoes"])
+      })
+    )
+
+    it.scoped("a call's progress reaches the client, and its cancellation reaches the page", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const { ws } = yield* switchboard(bus, yield* freePort, extensionId)
+        yield* configure(worker, ws, "mia")
+        const page = yield* open(context, `${pages}/long.html`)
+        const long = toolName(pages, "long", yield* tabIdOf(worker, `${pages}/long.html`))
+        const { client } = yield* hub(ws, "mia")
+        yield* toolsUntil(client, (n) => n.includes(long))
+
+        const reports: Array<Progress> = []
+        const call = client.callTool({ name: long, arguments: {} }, undefined, { onprogress: (p) => void reports.push(p) })
+        yield* Effect.promise(() => page.waitForFunction(() => typeof Reflect.get(window, "release") === "function"))
+        yield* Effect.promise(() => page.evaluate(() => (Reflect.get(window, "release") as () => void)()))
+        expect(textOf(yield* Effect.promise(() => call))).toBe("done")
+        expect(reports).toEqual([{ progress: 1, total: 3 }, { progress: 2, total: 3 }, { progress: 3, total: 3 }])
+
+        const abort = new AbortController()
+        const cancelled = client.callTool({ name: long, arguments: {} }, undefined, { signal: abort.signal }).then(() => "answered", () => "rejected")
+        yield* Effect.promise(() => page.waitForFunction(() => (Reflect.get(window, "calls") as Array<string>).length === 2))
+        abort.abort("no longer needed")
+        expect(yield* Effect.promise(() => cancelled)).toBe("rejected")
+        yield* Effect.promise(() => page.waitForFunction(() => (Reflect.get(window, "cancelled") as Array<string>).length === 1))
       })
     )
 

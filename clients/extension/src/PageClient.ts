@@ -4,7 +4,7 @@
  * its ids carry a random prefix: every client on the channel sees every reply, so ids that aren't
  * ours are someone else's.
  */
-import { envelope, envelopeOf, fromOwnWindow, type Id, isRecord, type Json } from "./Wire.ts"
+import { envelope, envelopeOf, fromOwnWindow, type Id, isRecord, type Json, type Progress } from "./Wire.ts"
 
 const CALL_TIMEOUT = 120_000
 const PROTOCOL_VERSION = "2025-06-18"
@@ -13,6 +13,14 @@ interface Pending {
   readonly resolve: (value: Json) => void
   readonly reject: (e: Error) => void
   readonly timer: ReturnType<typeof setTimeout>
+  readonly onProgress?: (progress: Progress) => void
+}
+
+export interface CallOptions {
+  /** Asks the page for progress (its token is the request's own id) and hands each report here. */
+  readonly onProgress?: (progress: Progress) => void
+  /** Aborting it sends the page `notifications/cancelled`. */
+  readonly signal?: AbortSignal
 }
 
 export class PageClient {
@@ -52,8 +60,8 @@ export class PageClient {
     return tools
   }
 
-  callTool(name: string, args: Json): Promise<Json> {
-    return this.request("tools/call", { name, arguments: args })
+  callTool(name: string, args: Json, options: CallOptions = {}): Promise<Json> {
+    return this.request("tools/call", { name, arguments: args }, options)
   }
 
   close() {
@@ -69,15 +77,37 @@ export class PageClient {
     window.postMessage(envelope(this.channel, "client-to-server", payload), window.location.origin)
   }
 
-  private request(method: string, params: Json): Promise<Json> {
+  private request(method: string, params: Json, options: CallOptions = {}): Promise<Json> {
     const id = `${this.prefix}${++this.seq}`
+    const { onProgress, signal } = options
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id)
         reject(new Error(`the page did not answer ${method} within ${CALL_TIMEOUT / 1000} s`))
       }, CALL_TIMEOUT)
-      this.pending.set(id, { resolve, reject, timer })
-      this.post({ jsonrpc: "2.0", id, method, params })
+      this.pending.set(id, { resolve, reject, timer, ...(onProgress === undefined ? {} : { onProgress }) })
+      signal?.addEventListener(
+        "abort",
+        () => {
+          if (!this.pending.delete(id)) return
+          clearTimeout(timer)
+          this.post({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: id, ...(typeof signal.reason === "string" ? { reason: signal.reason } : {}) } })
+          reject(new Error("cancelled"))
+        },
+        { once: true }
+      )
+      this.post({ jsonrpc: "2.0", id, method, params: onProgress === undefined ? params : { ...params, _meta: { progressToken: id } } })
+    })
+  }
+
+  private onProgress(params: unknown) {
+    if (!isRecord(params) || typeof params["progress"] !== "number") return
+    const token = params["progressToken"]
+    const pending = typeof token === "string" ? this.pending.get(token) : undefined
+    pending?.onProgress?.({
+      progress: params["progress"],
+      ...(typeof params["total"] === "number" ? { total: params["total"] } : {}),
+      ...(typeof params["message"] === "string" ? { message: params["message"] } : {})
     })
   }
 
@@ -86,6 +116,7 @@ export class PageClient {
     const message = envelopeOf(event.data, this.channel, "server-to-client")?.payload
     if (!isRecord(message)) return
     if (message["method"] === "notifications/tools/list_changed") return this.onToolsChanged()
+    if (message["method"] === "notifications/progress") return this.onProgress(message["params"])
     const id = message["id"]
     if (typeof id !== "string" || !id.startsWith(this.prefix)) return
     const pending = this.pending.get(id)

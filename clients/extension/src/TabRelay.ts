@@ -25,6 +25,8 @@ class TabLink {
   /** Whether this socket has registered the tools once (then changes are updateTools). */
   private registered = false
   private closed = false
+  /** The registry's progress token of each call under way that asked for progress. */
+  private readonly progressTokens = new Map<Id, string | number>()
   url: string | undefined
   title: string | undefined
 
@@ -40,7 +42,13 @@ class TabLink {
         if (this.retry === undefined) void this.open()
       } else if (this.socket.readyState === WebSocket.OPEN) this.relayTools()
     } else if (message.type === "result") {
+      this.progressTokens.delete(message.id)
       this.send({ jsonrpc: "2.0", id: message.id, result: { success: message.success, payload: message.payload } })
+    } else {
+      const progressToken = this.progressTokens.get(message.id)
+      if (progressToken === undefined) return
+      const { type: _type, id: _id, ...progress } = message
+      this.send({ jsonrpc: "2.0", method: "notifications/progress", params: { ...progress, progressToken } })
     }
   }
 
@@ -148,7 +156,16 @@ class TabLink {
       const toolName = params["toolName"]
       if (typeof toolName !== "string") return this.send({ jsonrpc: "2.0", id, result: { success: false, payload: "browser/executeTool without toolName" } })
       const args = isRecord(params["args"]) ? params["args"] : {}
-      this.toPage({ type: "execute", id: id satisfies Id, toolName, args })
+      const meta = params["_meta"]
+      const progressToken = isRecord(meta) ? meta["progressToken"] : undefined
+      const progress = typeof progressToken === "string" || typeof progressToken === "number"
+      if (progress) this.progressTokens.set(id, progressToken)
+      this.toPage({ type: "execute", id, toolName, args, progress })
+    } else if (message["method"] === "notifications/cancelled" && isRecord(params)) {
+      const requestId = params["requestId"]
+      if (typeof requestId !== "string" && typeof requestId !== "number") return
+      this.progressTokens.delete(requestId)
+      this.toPage({ type: "cancel", id: requestId, ...(typeof params["reason"] === "string" ? { reason: params["reason"] } : {}) })
     } else if (!("method" in message)) {
       // The answer to hello or registerTools: a good one resets the backoff.
       if ("result" in message) this.backoff.reset()
@@ -159,7 +176,9 @@ class TabLink {
     try {
       this.port.postMessage(message)
     } catch {
-      this.send({ jsonrpc: "2.0", id: message.id, result: { success: false, payload: `tab ${this.tabId} went away before the call reached it` } })
+      if (message.type === "execute") {
+        this.send({ jsonrpc: "2.0", id: message.id, result: { success: false, payload: `tab ${this.tabId} went away before the call reached it` } })
+      }
     }
   }
 }
@@ -173,7 +192,10 @@ export const reopenAll = () => {
 }
 
 const isFromPage = (u: unknown): u is FromPage =>
-  isRecord(u) && ((u["type"] === "tools" && Array.isArray(u["tools"])) || (u["type"] === "result" && typeof u["success"] === "boolean"))
+  isRecord(u) &&
+  ((u["type"] === "tools" && Array.isArray(u["tools"])) ||
+    (u["type"] === "result" && typeof u["success"] === "boolean") ||
+    (u["type"] === "progress" && typeof u["progress"] === "number"))
 
 export const start = () => {
   chrome.runtime.onConnect.addListener((port) => {

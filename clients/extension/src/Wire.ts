@@ -41,13 +41,23 @@ export const PortName = "switchboard-mcp-b"
 /** A tool as the page lists it (MCP `Tool`), every field kept. */
 export type PageTool = Json & { readonly name: string }
 
-/** Content script → service worker. */
+/** MCP progress, as a call reports it (the token is the relay's business). */
+export interface Progress {
+  readonly progress: number
+  readonly total?: number
+  readonly message?: string
+}
+
+/** Content script → service worker; `id` is the registry's id of a `browser/executeTool`. */
 export type FromPage =
   | { readonly type: "tools"; readonly tools: ReadonlyArray<PageTool> }
   | { readonly type: "result"; readonly id: Id; readonly success: boolean; readonly payload: unknown }
+  | ({ readonly type: "progress"; readonly id: Id } & Progress)
 
 /** Service worker → content script. */
-export type ToPage = { readonly type: "execute"; readonly id: Id; readonly toolName: string; readonly args: Json }
+export type ToPage =
+  | { readonly type: "execute"; readonly id: Id; readonly toolName: string; readonly args: Json; readonly progress: boolean }
+  | { readonly type: "cancel"; readonly id: Id; readonly reason?: string }
 
 // --- the @mcp-b/transports tab envelope ------------------------------------------------------
 

@@ -6,7 +6,7 @@
  * Nothing connects to the service worker until the page has a server, so plain pages cost nothing.
  */
 import { PageClient } from "./PageClient.ts"
-import { envelope, envelopeOf, fromOwnWindow, type Json, ModelContextChannel, PortName, TabChannel, type ToPage, isRecord } from "./Wire.ts"
+import { envelope, envelopeOf, fromOwnWindow, type Id, isRecord, type Json, ModelContextChannel, PortName, type Progress, TabChannel, type ToPage } from "./Wire.ts"
 
 /** How long a modelContext-only page waits for a tab transport to show up as well. */
 const PREFER_TAB_TRANSPORT_MS = 300
@@ -28,7 +28,9 @@ const connectPort = () => {
   const p = chrome.runtime.connect({ name: PortName })
   port = p
   p.onMessage.addListener((message: unknown) => {
-    if (isRecord(message) && message["type"] === "execute") void execute(message as unknown as ToPage)
+    if (!isRecord(message)) return
+    if (message["type"] === "execute") void execute(message as unknown as Extract<ToPage, { type: "execute" }>)
+    if (message["type"] === "cancel") inflight.get(message["id"] as Id)?.abort(message["reason"])
   })
   p.onDisconnect.addListener(() => {
     if (port !== p) return
@@ -38,13 +40,22 @@ const connectPort = () => {
   })
 }
 
-const execute = async ({ id, toolName, args }: ToPage) => {
+/** Calls under way, by the registry's id, so that its cancellation reaches the page. */
+const inflight = new Map<Id, AbortController>()
+
+const execute = async ({ args, id, progress, toolName }: Extract<ToPage, { type: "execute" }>) => {
   const current = session
   if (current === undefined) return toWorker({ type: "result", id, success: false, payload: "the page's MCP server is gone" })
+  const abort = new AbortController()
+  inflight.set(id, abort)
   try {
-    toWorker({ type: "result", id, success: true, payload: await current.callTool(toolName, args) })
+    const options = { signal: abort.signal, ...(progress ? { onProgress: (p: Progress) => toWorker({ type: "progress", id, ...p }) } : {}) }
+    toWorker({ type: "result", id, success: true, payload: await current.callTool(toolName, args, options) })
   } catch (e) {
-    toWorker({ type: "result", id, success: false, payload: e instanceof Error ? e.message : String(e) })
+    // A cancelled call gets no answer: the registry has given up on it already.
+    if (!abort.signal.aborted) toWorker({ type: "result", id, success: false, payload: e instanceof Error ? e.message : String(e) })
+  } finally {
+    inflight.delete(id)
   }
 }
 
