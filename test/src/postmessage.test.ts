@@ -584,7 +584,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         })
       }))
 
-    it.scoped("embedded by another site, where Chromium blocks the frame's storage: setup says so, and a popup works instead", () =>
+    it.scoped("embedded by another site, where this Chromium blocks the frame's storage: setup says so, and a popup works instead", () =>
       Effect.gen(function*() {
         const { browser, c } = yield* PostMessagePages
         const { url, ws } = yield* switchboard(c)

@@ -90,8 +90,8 @@ export const serve = (routes: Readonly<Record<string, Asset>>) =>
 
 /**
  * Three origins on loopback. `a` and `b` differ by port only: cross-origin but same-site, so an
- * iframe of `b` in a page of `a` keeps its localStorage, which Chromium denies a cross-site
- * (third-party) iframe by default. `c` is `a`'s server under another host name: cross-site.
+ * iframe of `b` in a page of `a` keeps its localStorage, which Chromium as Playwright launches it
+ * (third-party storage partitioning off) denies a cross-site (third-party) iframe. `c` is `a`'s server under another host name: cross-site.
  */
 export const origins = Effect.gen(function*() {
   const routes = yield* assets

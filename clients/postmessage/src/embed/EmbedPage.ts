@@ -32,7 +32,7 @@ const tokenKey = ({ origin, sessionId }: Session) => `switchboard-embed-token ${
 
 /**
  * The token lives in localStorage, which a browser may deny an iframe embedded by another site
- * (third-party storage blocked, as headless Chromium does by default). A popup is a first-party
+ * (third-party storage blocked, as Chromium launched by Playwright does). A popup is a first-party
  * window, so the same app can still use Switchboard through one.
  */
 const STORAGE_BLOCKED = "this browser does not let Switchboard keep its token when another site embeds it in a frame " +
