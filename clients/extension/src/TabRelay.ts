@@ -2,8 +2,9 @@
  * The service worker's half of the MCP-B bridge: one `/tabs` socket per tab whose page serves MCP,
  * opened when the tab's content script first reports tools. It says `browser/hello` with the tab's
  * real id, url and title (from `chrome.tabs`, never from the page), relays the page's tools, carries
- * `browser/executeTool` to the page and its result back, and tells the registry when the tab is
- * activated. The socket closes with the tab or its page; it comes back with backoff if it drops.
+ * `browser/executeTool` (and its cancellation) to the page and its progress and result back, and
+ * tells the registry when the tab is activated. The socket closes with the tab or its page; it
+ * comes back with backoff if it drops.
  */
 import { Backoff } from "./Backoff.ts"
 import * as Settings from "./Settings.ts"
@@ -118,6 +119,9 @@ class TabLink {
     if (settings.serverUrl === undefined || settings.token === undefined) return
     const url = Settings.socketUrl(settings.serverUrl, "/tabs")
     if (typeof url === "string") return
+    // The registry takes http(s) pages only; any other would be refused again on every retry.
+    const tab = await chrome.tabs.get(this.tabId).catch(() => undefined)
+    if (tab?.url === undefined || !/^https?:/.test(tab.url) || this.closed || this.socket !== undefined) return
     url.searchParams.set("token", settings.token)
     const ws = new WebSocket(url)
     this.socket = ws

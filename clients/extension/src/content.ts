@@ -107,6 +107,9 @@ window.addEventListener("message", (event) => {
     if (payload === "mcp-server-stopped" && session?.channel === channel) {
       session.close()
       session = undefined
+      // Its tools went with it.
+      if (lastTools !== undefined && lastTools.length > 0) toWorker({ type: "tools", tools: [] })
+      lastTools = undefined
     }
   }
 })
