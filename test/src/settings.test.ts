@@ -58,6 +58,14 @@ describe("settings at start", () => {
       expect(run.stdout).not.toContain("Development token")
     }), 20_000)
 
+  it.scopedLive("refuses an OTEL_EXPORTER_OTLP_ENDPOINT that is no http URL, before the dev token", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })
+      expect(run.code).toBe(1)
+      expect(run.stderr.trim()).toBe('switchboard: OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, got "collector:4318"')
+      expect(run.stdout).not.toContain("Development token")
+    }), 20_000)
+
   it.scopedLive("refuses a burst below its rate, naming both", () =>
     Effect.gen(function*() {
       const run = yield* allInOne({ MCPX_RATE: "1000" })

@@ -83,6 +83,24 @@ const durationOver = (allowZero: boolean) => (name: string): Parse<Duration.Dura
 export const duration = (name: string, fallback: Duration.DurationInput, description: string) =>
   setting(name, durationOver(false), Duration.decode(fallback), description)
 
+/**
+ * A liveness period: more than 0 and at most half of `lifetime`, the life of the key it renews, so
+ * that one late renewal does not let the key lapse and have a live process taken for dead.
+ */
+export const livenessInterval = (name: string, fallback: Duration.DurationInput, lifetime: Duration.DurationInput, description: string) => {
+  const max = Duration.divide(Duration.decode(lifetime), 2).pipe(Option.getOrThrow)
+  return setting(
+    name,
+    (name) => (text) =>
+      Either.flatMap(durationOver(false)(name)(text), (d) =>
+        Duration.lessThanOrEqualTo(d, max)
+          ? Either.right(d)
+          : refuse(name, `at most ${Duration.format(max)} (half the ${Duration.format(Duration.decode(lifetime))} life of the key it renews)`, text)),
+    Duration.decode(fallback),
+    description
+  )
+}
+
 /** A pause or grace period where 0 means "none". */
 export const nonNegativeDuration = (name: string, fallback: Duration.DurationInput, description: string) =>
   setting(name, durationOver(true), Duration.decode(fallback), description)

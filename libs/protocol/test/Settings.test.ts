@@ -22,6 +22,7 @@ const burst = Settings.atLeast(Settings.positiveNumber("X_BURST", 200, "a burst"
 const wait = Settings.duration("X_WAIT", "5 seconds", "a timeout")
 const pause = Settings.nonNegativeDuration("X_PAUSE", "1 second", "a pause")
 const port = Settings.intBetween("X_PORT", 0, 65535, 8080, "a port")
+const beat = Settings.livenessInterval("X_BEAT", "2 seconds", "6 seconds", "a heartbeat")
 
 describe("Settings", () => {
   it("uses the default when unset", () => {
@@ -60,9 +61,15 @@ describe("Settings", () => {
     [wait, { X_WAIT: "soon" }, "X_WAIT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, got soon"],
     [wait, { X_WAIT: "-5s" }, "X_WAIT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, got -5s"],
     [wait, { X_WAIT: "5" }, "X_WAIT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, got 5"],
-    [wait, { X_WAIT: "0s" }, "X_WAIT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, more than 0, got 0s"]
+    [wait, { X_WAIT: "0s" }, "X_WAIT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, more than 0, got 0s"],
+    [beat, { X_BEAT: "4s" }, "X_BEAT must be at most 3s (half the 6s life of the key it renews), got 4s"],
+    [beat, { X_BEAT: "0s" }, "X_BEAT must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, more than 0, got 0s"]
   ] as const)("refuses %#: %j", (config: Config.Config<unknown>, env, message) => {
     expect(read(config, env)).toStrictEqual(Either.left(message))
+  })
+
+  it("takes a liveness interval up to half its key's life", () => {
+    expect(read(beat, { X_BEAT: "3s" }).pipe(Either.map(Duration.toMillis))).toStrictEqual(Either.right(3_000))
   })
 
   it("takes 0 where 0 means none", () => {

@@ -18,8 +18,10 @@ import { resourceFromAttributes } from "@opentelemetry/resources"
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node"
 import { ATTR_SERVICE_NAME } from "@opentelemetry/semantic-conventions"
 import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
@@ -63,15 +65,22 @@ export const disabled: Layer.Layer<Tracing> = Layer.succeed(Tracing, { tracer: O
 export const layerMemory = (serviceName: string, exporter: InMemorySpanExporter): Layer.Layer<Tracing> =>
   withProcessor(serviceName, new SimpleSpanProcessor(exporter))
 
+export const otlpEndpoint = Config.option(
+  Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(
+    Config.mapOrFail((text) =>
+      URL.canParse(text) && /^https?:$/.test(new URL(text).protocol)
+        ? Either.right(text)
+        : Either.left(ConfigError.InvalidData([], `OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, got ${JSON.stringify(text)}`))
+    ),
+    Config.withDescription("OTLP/HTTP collector base URL; spans are exported only when set")
+  )
+)
+
 /** OTLP/HTTP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; otherwise tracing is off. */
-export const layer = (serviceName: string): Layer.Layer<Tracing> =>
+export const layer = (serviceName: string): Layer.Layer<Tracing, ConfigError.ConfigError> =>
   Layer.unwrapEffect(
     Effect.map(
-      Config.option(
-        Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(
-          Config.withDescription("OTLP/HTTP collector base URL; spans are exported only when set")
-        )
-      ).pipe(Effect.orElseSucceed(() => Option.none<string>())),
+      otlpEndpoint,
       Option.match({
         onNone: () => disabled,
         onSome: (endpoint) =>

@@ -50,7 +50,7 @@ export const layer = services.pipe(
 
 /** Every setting the process reads, so that a bad one is refused before anything starts or prints. */
 export const settings = Config.all(
-  [AuthConfig, BrokerConfig, BusConfig, EdgeConfig, Logging, RegistryConfig, RouterConfig].flatMap((module) =>
+  [AuthConfig, BrokerConfig, BusConfig, EdgeConfig, Logging, RegistryConfig, RouterConfig, { endpoint: Telemetry.otlpEndpoint }].flatMap((module) =>
     Object.values(module).filter(Config.isConfig)
   )
 )

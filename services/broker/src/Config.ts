@@ -1,4 +1,5 @@
 /** Every setting of the MCPx broker, read once. Defaults never get in the way of normal use. */
+import { Subjects } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 
@@ -61,8 +62,9 @@ export const topicIdle = Settings.nonNegativeDuration(
   "1 minute",
   "How long a topic stays set up after its last participant left; its history is kept either way"
 )
-export const replicaHeartbeat = Settings.duration(
+export const replicaHeartbeat = Settings.livenessInterval(
   "BROKER_REPLICA_HEARTBEAT",
   "2 seconds",
+  Subjects.Bucket.replicas.ttl,
   "Liveness period of a broker replica; survivors adopt its sockets and topics after it stops"
 )

@@ -1,4 +1,5 @@
 /** Every setting of the edge, read once. Defaults never get in the way of normal or benchmark traffic. */
+import { Subjects } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 import * as ConfigError from "effect/ConfigError"
@@ -50,7 +51,12 @@ export const rateBurst = Settings.atLeast(
   "EDGE_RATE_LIMIT"
 )
 export const openTimeout = Settings.duration("EDGE_OPEN_TIMEOUT", "5 seconds", "How long a new socket waits for its service to take it")
-export const heartbeatInterval = Settings.duration("EDGE_HEARTBEAT_INTERVAL", "5 seconds", "How often the edge renews its liveness key in KV (the key lives 3 intervals)")
+export const heartbeatInterval = Settings.livenessInterval(
+  "EDGE_HEARTBEAT_INTERVAL",
+  "5 seconds",
+  Subjects.Bucket.edges.ttl,
+  "How often the edge renews its liveness key in KV"
+)
 export const shutdownGrace = Settings.nonNegativeDuration("EDGE_SHUTDOWN_GRACE", "5 seconds", "How long sockets get to close on shutdown before they are terminated")
 export const edgeId = Config.option(
   Config.string("EDGE_ID").pipe(Config.withDescription("This edge's id on the bus; random when unset"))

@@ -778,9 +778,6 @@ const make = (options: EdgeOptions) =>
     yield* bus.subscribe(Subjects.edgeOut(edgeId), onOutbound)
 
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
-    if (Duration.greaterThan(Duration.times(config.heartbeat, 2), Subjects.Bucket.edges.ttl)) {
-      return yield* Effect.dieMessage(`EDGE_HEARTBEAT_INTERVAL must be at most half of ${Subjects.Bucket.edges.ttl}`)
-    }
     const startedAt = Date.now()
     yield* edges.put(Subjects.Key.edge(edgeId), encodeHeartbeat({ startedAt, connections: sockets.size })).pipe(
       Effect.zipRight(Effect.void),

@@ -1,4 +1,5 @@
 /** Every setting of the tool registry, read once. The defaults are the MCP-B spec's numbers. */
+import { Subjects } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 
 export const callTimeout = Settings.duration("REGISTRY_CALL_TIMEOUT", "10 seconds", "How long one tools/call waits for the tab's answer")
@@ -33,9 +34,10 @@ export const warningInterval = Settings.duration(
 )
 export const maxToolsPerTab = Settings.positiveInt("REGISTRY_MAX_TOOLS_PER_TAB", 256, "Tools one tab may register; the rest are rejected")
 export const maxPending = Settings.positiveInt("REGISTRY_MAX_PENDING", 1_000, "Calls in flight per /hub session")
-export const replicaHeartbeat = Settings.duration(
+export const replicaHeartbeat = Settings.livenessInterval(
   "REGISTRY_REPLICA_HEARTBEAT",
   "2 seconds",
+  Subjects.Bucket.replicas.ttl,
   "Liveness period of a registry replica; survivors adopt its sockets after it stops"
 )
 export const httpReplayEvents = Settings.nonNegativeInt(

@@ -1,4 +1,5 @@
 /** Every setting of the session router, read once. Defaults never get in the way of normal or benchmark traffic. */
+import { Subjects } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 
 export const requestTimeout = Settings.duration("ROUTER_REQUEST_TIMEOUT", "120 seconds", "How long a forwarded request waits for the extension's answer")
@@ -26,8 +27,9 @@ export const maxExtensionsPerUser = Settings.positiveInt(
   100,
   "Authenticated browser extensions one user may have at once, per router replica (counted in memory: the edge learns the user only in-band)"
 )
-export const replicaHeartbeat = Settings.duration(
+export const replicaHeartbeat = Settings.livenessInterval(
   "ROUTER_REPLICA_HEARTBEAT",
   "2 seconds",
+  Subjects.Bucket.replicas.ttl,
   "Liveness period of a router replica; survivors adopt its sockets 3 periods after it stops"
 )
