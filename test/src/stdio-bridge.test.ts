@@ -185,6 +185,21 @@ describe("switchboard-mcp (stdio bridge)", () => {
     60_000
   )
 
+  it.scopedLive("a browser tool called as soon as the host has initialized waits for the bridge's first connection", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const sb = yield* switchboard(port)
+      const ext = yield* extensionOf(sb.ws, "alice")
+      yield* answering(ext.c, [])
+      const { client, stderr } = yield* host(sb.url, "alice")
+      // No list, no wait: the host's very first request is a browser call.
+      yield* explained(stderr, Effect.gen(function*() {
+        const opened = yield* call(client, "browser_create_tab", { url: "https://example.com/first" })
+        expect(opened.isError).toBeFalsy()
+        expect(JSON.parse(textOf(opened) ?? "")).toEqual({ tabId: 42, url: "https://example.com/first" })
+      }))
+    }), 60_000)
+
   it.scopedLive("passes the host's progress token and cancellation through to the page, and its progress back", () =>
     Effect.gen(function*() {
       const port = yield* freePort

@@ -112,6 +112,7 @@ export class Bridge {
     if (tool === undefined) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`)
     const params = tool.params(args)
     if (Either.isLeft(params)) return failed(params.left)
+    await browser.ready(FIRST_LIST_WAIT)
     try {
       return tool.answer(await browser.request(tool.method, params.right, signal))
     } catch (e) {

@@ -11,6 +11,7 @@ import { Backoff } from "./Backoff.ts"
 import { JsonRpcSocket, RpcError, SocketClosed } from "./JsonRpcSocket.ts"
 import { describe, type Log } from "./Log.ts"
 import * as Socket from "./Socket.ts"
+import { FirstAttempt } from "./FirstAttempt.ts"
 import { Unreachable } from "./Unreachable.ts"
 
 const HandshakeResult = Schema.Struct({ authenticated: Schema.Literal(true), user_id: Schema.String })
@@ -55,8 +56,14 @@ export class BrowserLink {
   private lost: string | undefined
   private readonly stopping = new AbortController()
   private readonly backoff = new Backoff()
+  private readonly firstAttempt = new FirstAttempt()
 
   constructor(private readonly options: BrowserLinkOptions) {}
+
+  /** Waits, at most `millis`, for the first connection attempt, so a host's first call finds the proxy. */
+  ready(millis: number): Promise<void> {
+    return this.firstAttempt.wait(millis)
+  }
 
   start(): void {
     this.run().catch((e: unknown) => this.options.log.error(`browser: the reconnect loop stopped: ${describe(e)}`))
@@ -156,6 +163,7 @@ export class BrowserLink {
         decode(HandshakeResult, "mcp_handshake", await rpc.request("mcp_handshake", { accessToken: this.options.token }, { timeoutMillis: CONTROL_TIMEOUT }))
       } catch (e) {
         rpc?.close()
+        this.firstAttempt.done()
         if (this.stopping.signal.aborted) return
         const delay = this.backoff.next()
         log.warn(`browser: cannot reach ${url.origin}${url.pathname} (${describe(e)}); reconnecting in ${delay} ms`)
@@ -166,6 +174,7 @@ export class BrowserLink {
       this.rpc = rpc
       log.info(`browser: ${connectedOnce ? "reconnected to" : "connected to"} ${url.origin}${url.pathname}`)
       connectedOnce = true
+      this.firstAttempt.done()
       this.attach(rpc).catch((e: unknown) => log.info(`browser: ${describe(e)}; browser tools will try again when called`))
       const why = await rpc.closed
       this.rpc = undefined

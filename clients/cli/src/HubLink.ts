@@ -18,6 +18,7 @@ import * as z from "zod"
 import { Backoff } from "./Backoff.ts"
 import { HubTransport } from "./HubTransport.ts"
 import { describe, type Log } from "./Log.ts"
+import { FirstAttempt } from "./FirstAttempt.ts"
 import { Unreachable } from "./Unreachable.ts"
 
 /**
@@ -53,9 +54,7 @@ export class HubLink {
   private known: ReadonlyArray<HubTool> = []
   private readonly stopping = new AbortController()
   private readonly backoff = new Backoff()
-  private settleFirst: () => void = () => {}
-  /** Settles when the first connection attempt has succeeded or failed. */
-  private readonly firstAttempt = new Promise<void>((resolve) => (this.settleFirst = resolve))
+  private readonly firstAttempt = new FirstAttempt()
 
   constructor(private readonly options: HubLinkOptions) {}
 
@@ -74,7 +73,7 @@ export class HubLink {
 
   /** Waits, at most `millis`, for the first connection attempt, so a host's first tools/list is complete. */
   ready(millis: number): Promise<void> {
-    return Promise.race([this.firstAttempt, sleep(millis, undefined, { ref: false })])
+    return this.firstAttempt.wait(millis)
   }
 
   /**
@@ -134,7 +133,7 @@ export class HubLink {
         await client.connect(transport, { timeout: CONTROL_TIMEOUT, signal: this.stopping.signal })
       } catch (e) {
         await client.close().catch(() => {})
-        this.settleFirst()
+        this.firstAttempt.done()
         if (this.stopping.signal.aborted) return
         const delay = this.backoff.next()
         log.warn(`hub: cannot reach ${this.options.url.origin}${this.options.url.pathname} (${describe(e)}); reconnecting in ${delay} ms`)
@@ -145,7 +144,7 @@ export class HubLink {
       this.client = client
       log.info(`hub: ${connectedOnce ? "reconnected to" : "connected to"} ${this.options.url.origin}${this.options.url.pathname}`)
       connectedOnce = true
-      this.settleFirst()
+      this.firstAttempt.done()
       // The host may have listed while the hub was away (or before it first answered).
       this.options.onToolsChanged()
       await closed
