@@ -12,6 +12,16 @@ export const allowedOrigins = Config.string("ALLOWED_ORIGINS").pipe(
   Config.withDefault("*"),
   Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
 )
+export const embedAllowedOrigins = Config.string("EMBED_ALLOWED_ORIGINS").pipe(
+  Config.withDescription("Comma-separated origins of the web apps that may embed /embed; none by default (embedding is opt-in)"),
+  Config.withDefault(""),
+  Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
+)
+export const embedScript = Config.option(
+  Config.string("EMBED_SCRIPT").pipe(
+    Config.withDescription("The built script of the /embed page; by default clients/postmessage/dist/embed.js (npm run build)")
+  )
+)
 export const maxPayload = Settings.positiveInt(
   "EDGE_MAX_PAYLOAD",
   1024 * 1024,

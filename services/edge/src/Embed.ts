@@ -4,25 +4,13 @@
  * script are static: the allowed origins go in a `<meta>` tag, never a secret, and the CSP lets
  * the page run only its own script, talk only to this edge, and be framed only by those origins.
  */
-import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { readFile } from "node:fs/promises"
 import type * as Http from "node:http"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
-
-export const allowedOrigins = Config.string("EMBED_ALLOWED_ORIGINS").pipe(
-  Config.withDescription("Comma-separated origins of the web apps that may embed /embed; none by default (embedding is opt-in)"),
-  Config.withDefault(""),
-  Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
-)
-
-export const scriptPath = Config.option(
-  Config.string("EMBED_SCRIPT").pipe(
-    Config.withDescription("The built script of the /embed page; by default clients/postmessage/dist/embed.js (npm run build)")
-  )
-)
+import * as EdgeConfig from "./Config.ts"
 
 export const PAGE_PATH = "/embed"
 const SCRIPT_PATH = "/embed/embed.js"
@@ -69,8 +57,8 @@ export interface Embed {
 }
 
 export const make = Effect.gen(function*() {
-  const origins = yield* allowedOrigins
-  const configured = yield* scriptPath
+  const origins = yield* EdgeConfig.embedAllowedOrigins
+  const configured = yield* EdgeConfig.embedScript
   const file = Option.getOrElse(configured, () => {
     try {
       return defaultScript()
