@@ -2,9 +2,10 @@
 // here when none answers) and a NATS image built from the Debian nats-server binary.
 // Plain async functions, so vitest globalSetup, .ci/run and the benchmark share one implementation.
 import { execFile as execFileCallback, spawn } from "node:child_process";
-import { copyFile, mkdir, mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, open, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 const execFile = promisify(execFileCallback);
@@ -142,19 +143,35 @@ const sharedLibraries = async (binary: string): Promise<ReadonlyArray<string>> =
   return [...stdout.matchAll(/(?:=>\s*)?(\/\S+)\s+\(0x/g)].flatMap((match) => (match[1] === undefined ? [] : [match[1]]));
 };
 
-const buildNatsImage = async (host: string, tag: string): Promise<void> => {
-  const context = await mkdtemp(join(tmpdir(), "sb-nats-image-"));
+/** What goes into an image built `FROM scratch` around one dynamically linked binary. */
+interface ScratchImage {
+  /** The binary on this machine; it goes to `at` in the image, with the libraries ldd lists at their own paths. */
+  readonly binary: string;
+  readonly at: string;
+  /** More files for the image, by path in the image. */
+  readonly files?: Readonly<Record<string, string>>;
+  /** Dockerfile lines after `FROM scratch` and `COPY . /`. */
+  readonly instructions: ReadonlyArray<string>;
+}
+
+const isImagePresent = (host: string, tag: string): Promise<boolean> =>
+  docker(host, ["image", "inspect", tag]).then(
+    () => true,
+    () => false
+  );
+
+const buildScratchImage = async (host: string, tag: string, image: ScratchImage): Promise<void> => {
+  const context = await mkdtemp(join(tmpdir(), "sb-scratch-image-"));
   try {
-    await copyFile(natsServerBinary, join(context, "nats-server"));
-    for (const library of await sharedLibraries(natsServerBinary)) {
-      const target = join(context, library);
+    const place = async (pathInImage: string, write: (target: string) => Promise<void>) => {
+      const target = join(context, pathInImage);
       await mkdir(dirname(target), { recursive: true });
-      await copyFile(library, target);
-    }
-    await writeFile(
-      join(context, "Dockerfile"),
-      ["FROM scratch", "COPY . /", 'ENTRYPOINT ["/nats-server"]', 'CMD ["-js"]', ""].join("\n")
-    );
+      await write(target);
+    };
+    await place(image.at, (target) => copyFile(image.binary, target));
+    for (const library of await sharedLibraries(image.binary)) await place(library, (target) => copyFile(library, target));
+    for (const [path, content] of Object.entries(image.files ?? {})) await place(path, (target) => writeFile(target, content));
+    await writeFile(join(context, "Dockerfile"), ["FROM scratch", "COPY . /", ...image.instructions, ""].join("\n"));
     await writeFile(join(context, ".dockerignore"), "Dockerfile\n.dockerignore\n");
     // The classic builder needs no buildkit image, which could not be pulled here.
     await docker(host, ["build", "-q", "-t", tag, context], { DOCKER_BUILDKIT: "0" });
@@ -170,15 +187,69 @@ export const ensureNatsImage = async (): Promise<string> => {
   const host = await ensureDocker();
   // The version in the tag makes an upgraded binary rebuild the image.
   const tag = `switchboard/nats-scratch:${await natsServerVersion()}`;
-  const found = await docker(host, ["image", "inspect", tag]).then(
-    () => true,
-    () => false
-  );
-  if (!found) await buildNatsImage(host, tag);
+  if (!(await isImagePresent(host, tag))) {
+    await buildScratchImage(host, tag, {
+      binary: natsServerBinary,
+      at: "nats-server",
+      instructions: ['ENTRYPOINT ["/nats-server"]', 'CMD ["-js"]']
+    });
+  }
   return tag;
 };
 
-/** Removes containers a crashed run left behind (ryuk is off, so nothing else would). */
+/** The user the official Node images run as; the Switchboard image runs as its uid. */
+const nodeUser = { passwd: "root:x:0:0:root:/root:/sbin/nologin\nnode:x:1000:1000:node:/home/node:/sbin/nologin\n", group: "root:x:0:\nnode:x:1000:\n" };
+
+/**
+ * A stand-in for the official `node` image, for `docker build --build-arg NODE_IMAGE=…` where no
+ * registry answers: the Node binary running this process (Debian's `nodejs` on CI), its libraries,
+ * and a `node` user with uid 1000 as in the official image. No shell and no npm, so it can run
+ * bundles but not build them. `TESTCONTAINERS_NODE_IMAGE` (e.g. `node:22-bookworm-slim`) replaces it.
+ */
+export const ensureNodeImage = async (): Promise<string> => {
+  const configured = process.env["TESTCONTAINERS_NODE_IMAGE"];
+  if (configured) return configured;
+  const host = await ensureDocker();
+  const binary = await realpath(process.execPath);
+  const tag = `switchboard/node-scratch:${process.versions.node}`;
+  if (!(await isImagePresent(host, tag))) {
+    await buildScratchImage(host, tag, {
+      binary,
+      at: "usr/local/bin/node",
+      files: { "etc/passwd": nodeUser.passwd, "etc/group": nodeUser.group },
+      instructions: ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["node"]']
+    });
+  }
+  return tag;
+};
+
+const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+
+/**
+ * Builds deploy/Dockerfile's `prebuilt` target as `tag` on `base` (see ensureNodeImage): first the
+ * bundles it copies (turbo, cached when nothing changed), then the image (the classic builder
+ * caches each COPY by content). Its other path, `npm ci` inside the build, needs npm in the base.
+ */
+export const buildSwitchboardImage = async (tag: string, base: string): Promise<void> => {
+  const host = await ensureDocker();
+  await execFile(
+    join(repoRoot, "node_modules/.bin/turbo"),
+    ["run", "build", "--filter=./services/*", "--filter=@switchboard/postmessage", "--output-logs=errors-only"],
+    { cwd: repoRoot, env: { ...process.env, TURBO_TELEMETRY_DISABLED: "1", DO_NOT_TRACK: "1" }, timeout: 180_000, maxBuffer: 16 * 1024 * 1024 }
+  );
+  await docker(
+    host,
+    ["build", "-q", "-f", join(repoRoot, "deploy/Dockerfile"), "--target", "prebuilt", "--build-arg", `NODE_IMAGE=${base}`, "-t", tag, repoRoot],
+    { DOCKER_BUILDKIT: "0" }
+  );
+};
+
+/** Removes an image tag (and its layers, when nothing else uses them). */
+export const removeImage = async (tag: string): Promise<void> => {
+  const host = await ensureDocker();
+  await docker(host, ["image", "rm", tag]);
+};
+
 /** The label naming the test process that started a container, so cleanup spares live runs. */
 export const ownerLabel = "switchboard.owner-pid";
 

@@ -4,9 +4,9 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Context, Data, Effect, Layer, Schedule } from "effect";
-import { createServer, type Server } from "node:net";
 import { GenericContainer, getContainerRuntimeClient, type StartedTestContainer, Wait } from "testcontainers";
 import { ensureDocker, ensureNatsImage, ownerLabel } from "./Docker.ts";
+import { freePorts as allocatePorts } from "./FreePorts.ts";
 
 export class NatsContainerError extends Data.TaggedError("NatsContainerError")<{
   readonly reason: "DockerUnavailable" | "ContainerStart" | "ClusterNotReady";
@@ -27,27 +27,9 @@ const dockerAndImage = Effect.tryPromise({
   catch: (cause) => new NatsContainerError({ reason: "DockerUnavailable", cause })
 });
 
-const listenOnAnyPort = (server: Server) =>
-  new Promise<number>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      if (address !== null && typeof address === "object") resolve(address.port);
-      else reject(new Error(`unexpected listen address ${String(address)}`));
-    });
-  });
-
-// All sockets stay open until every port is read, so the ports are distinct.
 const freePorts = (count: number) =>
   Effect.tryPromise({
-    try: async () => {
-      const servers = Array.from({ length: count }, () => createServer());
-      try {
-        return await Promise.all(servers.map(listenOnAnyPort));
-      } finally {
-        await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
-      }
-    },
+    try: () => allocatePorts(count),
     catch: (cause) => new NatsContainerError({ reason: "ContainerStart", cause })
   });
 

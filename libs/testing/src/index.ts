@@ -1,3 +1,8 @@
-// Test infrastructure: Docker and image bootstrapping (plain async) and NATS layers (Effect).
-export { dockerdLog, ensureDocker, ensureNatsImage, removeLeftoverContainers, resolvedNatsImageVar } from "./Docker.ts";
+// Test infrastructure: Docker and image bootstrapping (plain async), NATS layers and Switchboard
+// image containers (Effect).
+export {
+  buildSwitchboardImage, dockerdLog, ensureDocker, ensureNatsImage, ensureNodeImage, removeImage, removeLeftoverContainers, resolvedNatsImageVar
+} from "./Docker.ts";
 export { NatsCluster, NatsContainerError, NatsServer } from "./NatsContainer.ts";
+export * as SwitchboardContainer from "./SwitchboardContainer.ts";
+export { SwitchboardImage } from "./SwitchboardContainer.ts";
