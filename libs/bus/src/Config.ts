@@ -2,6 +2,7 @@
  * Which bus a process uses: NATS when `NATS_URL` is set, the embedded one otherwise. A service
  * split into its own process needs NATS, since the embedded bus cannot cross processes.
  */
+import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -26,11 +27,20 @@ export const namespace = Config.string("SWITCHBOARD_NAMESPACE").pipe(
  * `alone`: the process is one service of several (`services/<svc>/src/main.ts`), so an embedded bus
  * would be its own, reachable by no other process: worth a warning, where the all-in-one's is not.
  */
+export const stateReplicas = Settings.intBetween(
+  "SWITCHBOARD_STATE_REPLICAS",
+  1,
+  5,
+  1,
+  "Replicas of every KV bucket and journal on NATS: 1 for one server, 3 for a three-node cluster (an existing bucket with fewer is scaled up)"
+)
+
 export const layer = (name: string, options: { readonly alone?: boolean } = {}): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const url = yield* natsUrl
       const ns = yield* namespace
+      const replicas = yield* stateReplicas
       return Option.match(url, {
         onNone: () =>
           Layer.tap(MemoryBus.layer, () =>
@@ -41,7 +51,7 @@ export const layer = (name: string, options: { readonly alone?: boolean } = {}):
               )
               : Effect.logInfo("using the embedded bus (set NATS_URL for NATS)")),
         onSome: (servers) =>
-          NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name }).pipe(
+          NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name, replicas }).pipe(
             Layer.mapError((e) => (e.reason === "Connect" ? new BusError({ ...e, message: `${e.message} (NATS_URL)` }) : e))
           )
       })

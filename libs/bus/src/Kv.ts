@@ -34,8 +34,6 @@ export interface BucketSpec {
   /** Entries older than this are removed. */
   readonly ttl?: Duration.DurationInput
   readonly history?: number
-  /** Replication factor in a NATS cluster; ignored by the embedded adapter. */
-  readonly replicas?: number
 }
 
 export interface WatchOptions {

@@ -52,6 +52,11 @@ export interface NatsOptions {
   readonly namespace?: string
   /** Client name shown by the server's monitoring. */
   readonly name?: string
+  /**
+   * Replicas of every KV bucket and journal stream: 1 on a single server, 3 on a three-node
+   * cluster so that losing a node loses no state. An existing one with fewer is scaled up.
+   */
+  readonly replicas?: number
 }
 
 /**
@@ -346,7 +351,16 @@ const lazyManager = (nc: NatsConnection) => {
   return () => (manager ??= jetstreamManager(nc))
 }
 
-export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>): KvShape => {
+/**
+ * Scales an existing stream up to `replicas`, never down: a stream an operator raised by hand, or
+ * one a newer replica of this service already raised during a rolling upgrade, keeps its copies.
+ */
+const atLeastReplicas = async (m: JetStreamManager, stream: string, replicas: number) => {
+  const { config } = await m.streams.info(stream)
+  if (config.num_replicas < replicas) await m.streams.update(stream, { ...config, num_replicas: replicas })
+}
+
+export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>, replicas = 1): KvShape => {
   const kvm = new Kvm(nc)
   return {
     bucket: (spec) =>
@@ -355,7 +369,7 @@ export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise
           const full = `${namespace}_${spec.name}`
           const options = {
             history: spec.history ?? 1,
-            replicas: spec.replicas ?? 1,
+            replicas,
             ...(spec.ttl === undefined ? {} : { ttl: Duration.toMillis(Duration.decode(spec.ttl)) })
           }
           // Two processes creating the same bucket at once: one wins, the other opens it.
@@ -363,6 +377,8 @@ export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise
             if (e instanceof Error && /already in use/i.test(e.message)) return kvm.open(full)
             throw e
           })
+          // Creating an existing bucket keeps its settings: one made with fewer replicas is scaled up.
+          if (replicas > 1) await atLeastReplicas(await jsm(), `KV_${full}`, replicas)
           return makeBucket(spec.name, full, kv, jsm)
         },
         catch: busError("Kv", `open bucket ${spec.name}`)
@@ -392,7 +408,7 @@ export const connection = (options: NatsOptions) =>
  * NATS server, whose account limits (`max_file`/`max_mem` in the account's JetStream settings)
  * bound what all of them hold together.
  */
-export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>): JournalShape => {
+export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>, replicas = 1): JournalShape => {
   const handle = (m: JetStreamManager, journal: string): JournalHandle => {
     const name = `${namespace}_${journal}`
     const subject = `${namespace}.journal.${journal}`
@@ -429,11 +445,13 @@ export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Pr
             max_bytes: spec.maxBytes,
             max_age: nanos(Duration.toMillis(Duration.decode(spec.maxAge))),
             storage: StorageType.File,
-            discard: DiscardPolicy.Old
+            discard: DiscardPolicy.Old,
+            num_replicas: replicas
           }
-          await m.streams.add(config).catch((e: unknown) => {
-            if (e instanceof Error && /already in use/i.test(e.message)) return m.streams.update(name, config)
-            throw e
+          await m.streams.add(config).catch(async (e: unknown) => {
+            if (!(e instanceof Error && /already in use/i.test(e.message))) throw e
+            const { config: existing } = await m.streams.info(name)
+            return m.streams.update(name, { ...config, num_replicas: Math.max(existing.num_replicas, replicas) })
           })
           return handle(m, spec.name)
         },
@@ -474,8 +492,8 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
       const jsm = lazyManager(nc)
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
-        Context.add(Kv, makeKv(nc, namespace, jsm)),
-        Context.add(Journal, makeJournal(nc, namespace, jsm))
+        Context.add(Kv, makeKv(nc, namespace, jsm, options.replicas)),
+        Context.add(Journal, makeJournal(nc, namespace, jsm, options.replicas))
       )
     })
   )
