@@ -51,7 +51,7 @@ export const SetupComplete = Schema.Struct({ ...SetupCompleteFields, serverTitle
 export type SetupComplete = typeof SetupComplete.Type
 
 // A later revision of the reference implementation says `displayName` where the spec says
-// `serverTitle` (shared/PEERS.md). Accepting it costs nothing; we always send `serverTitle`.
+// `serverTitle` (seen in jmandel/mcp-postmessage). Accepting it costs nothing; we always send `serverTitle`.
 const SetupCompleteWithDisplayName = Schema.transform(
   Schema.Struct({ ...SetupCompleteFields, displayName: Schema.String }),
   Schema.typeSchema(SetupComplete),

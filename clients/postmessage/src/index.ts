@@ -1,5 +1,5 @@
 /**
- * The postMessage transport for MCP (shared/specs/postmessage-transport.md): an outer frame and an
+ * The postMessage transport for MCP (docs/protocols/postmessage.md): an outer frame and an
  * inner frame (iframe or popup) run the setup phase once and the transport phase on every
  * connection, with origins pinned from `event.origin` and allow-lists on both sides.
  */
