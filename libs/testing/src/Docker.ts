@@ -143,11 +143,10 @@ const sharedLibraries = async (binary: string): Promise<ReadonlyArray<string>> =
   return [...stdout.matchAll(/(?:=>\s*)?(\/\S+)\s+\(0x/g)].flatMap((match) => (match[1] === undefined ? [] : [match[1]]));
 };
 
-/** What goes into an image built `FROM scratch` around one dynamically linked binary. */
+/** What goes into an image built `FROM scratch` around dynamically linked binaries. */
 interface ScratchImage {
-  /** The binary on this machine; it goes to `at` in the image, with the libraries ldd lists at their own paths. */
-  readonly binary: string;
-  readonly at: string;
+  /** Binaries of this machine by their path in the image; the libraries ldd lists go to their own paths. */
+  readonly binaries: Readonly<Record<string, string>>;
   /** More files for the image, by path in the image. */
   readonly files?: Readonly<Record<string, string>>;
   /** Dockerfile lines after `FROM scratch` and `COPY . /`. */
@@ -168,8 +167,10 @@ const buildScratchImage = async (host: string, tag: string, image: ScratchImage)
       await mkdir(dirname(target), { recursive: true });
       await write(target);
     };
-    await place(image.at, (target) => copyFile(image.binary, target));
-    for (const library of await sharedLibraries(image.binary)) await place(library, (target) => copyFile(library, target));
+    for (const [path, binary] of Object.entries(image.binaries)) {
+      await place(path, (target) => copyFile(binary, target));
+      for (const library of await sharedLibraries(binary)) await place(library, (target) => copyFile(library, target));
+    }
     for (const [path, content] of Object.entries(image.files ?? {})) await place(path, (target) => writeFile(target, content));
     await writeFile(join(context, "Dockerfile"), ["FROM scratch", "COPY . /", ...image.instructions, ""].join("\n"));
     await writeFile(join(context, ".dockerignore"), "Dockerfile\n.dockerignore\n");
@@ -189,8 +190,7 @@ export const ensureNatsImage = async (): Promise<string> => {
   const tag = `switchboard/nats-scratch:${await natsServerVersion()}`;
   if (!(await isImagePresent(host, tag))) {
     await buildScratchImage(host, tag, {
-      binary: natsServerBinary,
-      at: "nats-server",
+      binaries: { "nats-server": natsServerBinary },
       instructions: ['ENTRYPOINT ["/nats-server"]', 'CMD ["-js"]']
     });
   }
@@ -202,20 +202,20 @@ const nodeUser = { passwd: "root:x:0:0:root:/root:/sbin/nologin\nnode:x:1000:100
 
 /**
  * A stand-in for the official `node` image, for `docker build --build-arg NODE_IMAGE=…` where no
- * registry answers: the Node binary running this process (Debian's `nodejs` on CI), its libraries,
- * and a `node` user with uid 1000 as in the official image. No shell and no npm, so it can run
- * bundles but not build them. `TESTCONTAINERS_NODE_IMAGE` (e.g. `node:22-bookworm-slim`) replaces it.
+ * registry answers: the Node binary running this process (Debian's `nodejs` on CI), `/bin/sh` (the
+ * Dockerfile's RUN needs one), their libraries, and a `node` user with uid 1000 as in the official
+ * image. No npm, so it takes `BUNDLES=prebuilt` builds only. `TESTCONTAINERS_NODE_IMAGE` (e.g.
+ * `node:22-bookworm-slim`) replaces it.
  */
 export const ensureNodeImage = async (): Promise<string> => {
   const configured = process.env["TESTCONTAINERS_NODE_IMAGE"];
   if (configured) return configured;
   const host = await ensureDocker();
-  const binary = await realpath(process.execPath);
-  const tag = `switchboard/node-scratch:${process.versions.node}`;
+  // The suffix changes whenever what goes into the image does, so an old image is not reused.
+  const tag = `switchboard/node-scratch:${process.versions.node}-sh`;
   if (!(await isImagePresent(host, tag))) {
     await buildScratchImage(host, tag, {
-      binary,
-      at: "usr/local/bin/node",
+      binaries: { "usr/local/bin/node": await realpath(process.execPath), "bin/sh": await realpath("/bin/sh") },
       files: { "etc/passwd": nodeUser.passwd, "etc/group": nodeUser.group },
       instructions: ["ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["node"]']
     });
@@ -226,9 +226,9 @@ export const ensureNodeImage = async (): Promise<string> => {
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 
 /**
- * Builds deploy/Dockerfile's `prebuilt` target as `tag` on `base` (see ensureNodeImage): first the
- * bundles it copies (turbo, cached when nothing changed), then the image (the classic builder
- * caches each COPY by content). Its other path, `npm ci` inside the build, needs npm in the base.
+ * Builds deploy/Dockerfile with `BUNDLES=prebuilt` as `tag` on `base` (see ensureNodeImage): first
+ * the bundles it copies (turbo, cached when nothing changed), then the image (the classic builder
+ * caches each COPY by content). Its default, `npm ci` inside the build, needs npm in the base.
  */
 export const buildSwitchboardImage = async (tag: string, base: string): Promise<void> => {
   const host = await ensureDocker();
@@ -237,17 +237,24 @@ export const buildSwitchboardImage = async (tag: string, base: string): Promise<
     ["run", "build", "--filter=./services/*", "--filter=@switchboard/postmessage", "--output-logs=errors-only"],
     { cwd: repoRoot, env: { ...process.env, TURBO_TELEMETRY_DISABLED: "1", DO_NOT_TRACK: "1" }, timeout: 180_000, maxBuffer: 16 * 1024 * 1024 }
   );
-  await docker(
-    host,
-    ["build", "-q", "-f", join(repoRoot, "deploy/Dockerfile"), "--target", "prebuilt", "--build-arg", `NODE_IMAGE=${base}`, "-t", tag, repoRoot],
-    { DOCKER_BUILDKIT: "0" }
-  );
+  const build = (...args: ReadonlyArray<string>) =>
+    docker(
+      host,
+      ["build", "-q", "--force-rm", "-f", join(repoRoot, "deploy/Dockerfile"), "--build-arg", "BUNDLES=prebuilt", "--build-arg", `NODE_IMAGE=${base}`, ...args, repoRoot],
+      { DOCKER_BUILDKIT: "0" }
+    );
+  // The build stage first, under a tag of its own, so that removeSwitchboardImage can remove it
+  // too: untagged, it would stay behind as a dangling image of some 200 MB after every run.
+  await build("--target", "build", "-t", buildStageTag(tag));
+  await build("-t", tag);
 };
 
-/** Removes an image tag (and its layers, when nothing else uses them). */
-export const removeImage = async (tag: string): Promise<void> => {
+const buildStageTag = (tag: string) => `${tag}-build-stage`;
+
+/** Removes an image built by buildSwitchboardImage, with its build stage. */
+export const removeSwitchboardImage = async (tag: string): Promise<void> => {
   const host = await ensureDocker();
-  await docker(host, ["image", "rm", tag]);
+  await docker(host, ["image", "rm", tag, buildStageTag(tag)]);
 };
 
 /** The label naming the test process that started a container, so cleanup spares live runs. */

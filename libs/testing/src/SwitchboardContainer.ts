@@ -3,7 +3,7 @@
 // networking with every listener on 127.0.0.1 (a published port would bind more than loopback).
 import { Context, Data, Duration, Effect, Layer } from "effect";
 import { GenericContainer, getContainerRuntimeClient, Wait } from "testcontainers";
-import { buildSwitchboardImage, ensureNodeImage, ownerLabel, removeImage } from "./Docker.ts";
+import { buildSwitchboardImage, ensureNodeImage, ownerLabel, removeSwitchboardImage } from "./Docker.ts";
 import { freePorts } from "./FreePorts.ts";
 
 export class SwitchboardContainerError extends Data.TaggedError("SwitchboardContainerError")<{
@@ -36,7 +36,7 @@ export class SwitchboardImage extends Context.Tag("@switchboard/testing/Switchbo
           },
           catch: (cause) => new SwitchboardContainerError({ reason: "ImageBuild", cause })
         }),
-        () => Effect.tryPromise(() => removeImage(tag)).pipe(Effect.ignoreLogged)
+        () => Effect.tryPromise(() => removeSwitchboardImage(tag)).pipe(Effect.ignoreLogged)
       );
       yield* Effect.logInfo(`Switchboard image ${tag} built on ${base}`);
       return { tag, base };

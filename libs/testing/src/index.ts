@@ -1,7 +1,7 @@
 // Test infrastructure: Docker and image bootstrapping (plain async), NATS layers and Switchboard
 // image containers (Effect).
 export {
-  buildSwitchboardImage, dockerdLog, ensureDocker, ensureNatsImage, ensureNodeImage, removeImage, removeLeftoverContainers, resolvedNatsImageVar
+  buildSwitchboardImage, dockerdLog, ensureDocker, ensureNatsImage, ensureNodeImage, removeSwitchboardImage, removeLeftoverContainers, resolvedNatsImageVar
 } from "./Docker.ts";
 export { NatsCluster, NatsContainerError, NatsServer } from "./NatsContainer.ts";
 export * as SwitchboardContainer from "./SwitchboardContainer.ts";
