@@ -7,7 +7,7 @@ import { buildSwitchboardImage, ensureNodeImage, ownerLabel, removeSwitchboardIm
 import { freePorts } from "./FreePorts.ts";
 
 export class SwitchboardContainerError extends Data.TaggedError("SwitchboardContainerError")<{
-  readonly reason: "ImageBuild" | "ContainerStart" | "ContainerStop";
+  readonly reason: "ImageBuild" | "ContainerStart" | "Exec" | "ContainerStop";
   readonly cause: unknown;
 }> {
   override get message(): string {
@@ -123,7 +123,13 @@ export const start = (options: SwitchboardContainerOptions) =>
           return (await docker.wait()) as { readonly StatusCode: number };
         },
         catch: (cause) => new SwitchboardContainerError({ reason: "ContainerStop", cause })
-      });
+      }).pipe(
+        // Docker kills it once the grace is over; more than that means the daemon itself is stuck.
+        Effect.timeoutFail({
+          duration: Duration.sum(grace, "10 seconds"),
+          onTimeout: () => new SwitchboardContainerError({ reason: "ContainerStop", cause: "docker stop did not return" })
+        })
+      );
       return { exitCode: StatusCode, took: Duration.millis(Date.now() - startedAt) };
     });
     return {
@@ -134,8 +140,14 @@ export const start = (options: SwitchboardContainerOptions) =>
       exec: (command: ReadonlyArray<string>) =>
         Effect.tryPromise({
           try: () => started.exec([...command]),
-          catch: (cause) => new SwitchboardContainerError({ reason: "ContainerStart", cause })
-        }).pipe(Effect.map(({ exitCode, output }) => ({ exitCode, output }))),
+          catch: (cause) => new SwitchboardContainerError({ reason: "Exec", cause })
+        }).pipe(
+          Effect.timeoutFail({
+            duration: "15 seconds",
+            onTimeout: () => new SwitchboardContainerError({ reason: "Exec", cause: `${command.join(" ")} did not end within 15 s` })
+          }),
+          Effect.map(({ exitCode, output }) => ({ exitCode, output }))
+        ),
       stop
     } satisfies SwitchboardContainer;
   });
