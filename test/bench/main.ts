@@ -4,7 +4,8 @@
  * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension),
  * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate),
  * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab),
- * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub).
+ * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub),
+ * idle (RSS per idle authenticated socket on every WebSocket path; not run by default, it takes minutes).
  * NATS comes from the same testcontainer the tests use.
  */
 import * as Effect from "effect/Effect"
@@ -12,6 +13,7 @@ import type { WebSocket } from "ws"
 import { measure, paired, type Target } from "./measure.ts"
 import { mcpxSuite } from "./mcpx.ts"
 import { hubHttpSuite } from "./hubHttp.ts"
+import { idleSuite } from "./idle.ts"
 import { registrySuite } from "./registry.ts"
 import { benchProcess, issueToken, natsProcess, Ready, startServer, startService, unlimited, withNats, wsUrl } from "./processes.ts"
 import { report } from "./report.ts"
@@ -166,17 +168,19 @@ const proxySuite = Effect.scoped(Effect.gen(function*() {
 // --- entry ---------------------------------------------------------------------------------
 
 const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite, registry: registrySuite, "hub-http": hubHttpSuite }
+/** Run only when named: it opens 10,000 sockets on each of five paths per target, for minutes. */
+const onDemand: Record<string, Effect.Effect<void, unknown>> = { idle: idleSuite }
 
 const wanted = process.argv.slice(2).filter((a) => a !== "--")
-const unknown = wanted.filter((s) => !(s in suites))
+const unknown = wanted.filter((s) => !(s in suites) && !(s in onDemand))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${Object.keys(suites).join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.`
+    `Usage: npm run bench [-- ${[...Object.keys(suites), ...Object.keys(onDemand)].join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.\nIDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60).`
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }
 
-const program = Effect.forEach(wanted.length === 0 ? Object.keys(suites) : wanted, (s) => suites[s] ?? Effect.void, { discard: true })
+const program = Effect.forEach(wanted.length === 0 ? Object.keys(suites) : wanted, (s) => suites[s] ?? onDemand[s] ?? Effect.void, { discard: true })
 Effect.runPromise(program).then(
   () => process.exit(0),
   (e: unknown) => {
