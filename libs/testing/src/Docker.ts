@@ -251,10 +251,15 @@ export const buildSwitchboardImage = async (tag: string, base: string): Promise<
 
 const buildStageTag = (tag: string) => `${tag}-build-stage`;
 
-/** Removes an image built by buildSwitchboardImage, with its build stage. */
+/**
+ * Removes an image built by buildSwitchboardImage, with its build stage, and build stages older
+ * than 10 minutes that lost their tag (when the bundles changed between the two builds, the second
+ * made a build stage of its own). The age spares the stages of builds going on now.
+ */
 export const removeSwitchboardImage = async (tag: string): Promise<void> => {
   const host = await ensureDocker();
   await docker(host, ["image", "rm", tag, buildStageTag(tag)]);
+  await docker(host, ["image", "prune", "-f", "--filter", "label=org.switchboard.stage=build", "--filter", "until=10m"]);
 };
 
 /** The label naming the test process that started a container, so cleanup spares live runs. */
