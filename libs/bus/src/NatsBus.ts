@@ -8,6 +8,7 @@ import {
   JetStreamApiCodes,
   JetStreamApiError,
   type JetStreamManager,
+  jetstream,
   jetstreamManager,
   StorageType
 } from "@nats-io/jetstream"
@@ -29,6 +30,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Runtime from "effect/Runtime"
 import * as Stream from "effect/Stream"
 import {
   Bus,
@@ -42,6 +44,7 @@ import {
   toBytes
 } from "./Bus.ts"
 import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
+import { appender } from "./JournalAppender.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 import { Socket } from "node:net"
 
@@ -408,13 +411,26 @@ export const connection = (options: NatsOptions) =>
  * NATS server, whose account limits (`max_file`/`max_mem` in the account's JetStream settings)
  * bound what all of them hold together.
  */
-export const makeJournal = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>, replicas = 1): JournalShape => {
+export const makeJournal = (
+  nc: NatsConnection,
+  namespace: string,
+  jsm: () => Promise<JetStreamManager>,
+  replicas = 1,
+  lost: (journal: string, count: number, why: string) => void = () => {}
+): JournalShape => {
+  const js = jetstream(nc)
   const handle = (m: JetStreamManager, journal: string): JournalHandle => {
     const name = `${namespace}_${journal}`
     const subject = `${namespace}.journal.${journal}`
+    const { append } = appender(js, subject, {
+      retryAfterMillis: 250,
+      giveUpAfterMillis: 30_000,
+      maxPending: 10_000,
+      timeoutMillis: 5_000,
+      lost: (count, why) => lost(journal, count, why)
+    })
     return {
-      // A core publish to a stream's subject is stored without waiting for an ack.
-      append: (data) => nc.publish(subject, data),
+      append,
       read: ({ before, limit }) =>
         Effect.tryPromise({
           try: async () => {
@@ -491,9 +507,14 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
       )
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
       const jsm = lazyManager(nc)
+      const runtime = yield* Effect.runtime<never>()
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
         Context.add(Kv, makeKv(nc, namespace, jsm, options.replicas)),
-        Context.add(Journal, makeJournal(nc, namespace, jsm, options.replicas))
+        Context.add(
+          Journal,
+          makeJournal(nc, namespace, jsm, options.replicas, (journal, count, why) =>
+            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)))
+        )
       )
     })
   )

@@ -1,5 +1,6 @@
 // SWITCHBOARD_STATE_REPLICAS on a three-node NATS cluster: buckets and journals get that many
 // replicas, ones made earlier with fewer are scaled up, and state outlives the node that led it.
+// Journal appends are acknowledged: those made during an election are stored once it is over.
 import { describe, expect, it } from "@effect/vitest"
 import { NatsCluster } from "@switchboard/testing"
 import { jetstreamManager } from "@nats-io/jetstream"
@@ -31,6 +32,10 @@ const streamInfo = (servers: ReadonlyArray<string>, stream: string) =>
     catch: (e) => new Error(`stream info ${stream}: ${e instanceof Error ? e.message : String(e)}`)
   }).pipe(Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 20 }))
 
+/** A step that must end within `seconds`: a hang fails with the step's name, not the test's timeout. */
+const step = (label: string, seconds = 20) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.timeoutFail(effect, { duration: `${seconds} seconds`, onTimeout: () => new Error(`${label}: not done within ${seconds} s`) })
+
 describe("state replicas on a NATS cluster", () => {
   it.scopedLive("scales R1 buckets and journals to R3, and keeps their state when the leader's node dies", () =>
     Effect.gen(function*() {
@@ -39,52 +44,53 @@ describe("state replicas on a NATS cluster", () => {
       const build = (replicas: number) => Layer.build(NatsBus.layer({ servers: cluster.servers, namespace, replicas }))
 
       // As a deployment before SWITCHBOARD_STATE_REPLICAS: one replica each.
-      const before = yield* build(1)
+      const before = yield* build(1).pipe(step("connect"))
       const oldBucket = yield* Context.get(before, Kv.Kv).bucket({ name: "tabs" })
       yield* oldBucket.put("alice.1", "before")
       yield* Context.get(before, Journal.Journal).open(JOURNAL)
       expect((yield* streamInfo(cluster.servers, `KV_${namespace}_tabs`)).replicas).toBe(1)
 
       // The same names opened with 3: scaled up in place, nothing lost.
-      const after = yield* build(3)
+      const after = yield* build(3).pipe(step("connect again"))
       // A fresh cluster places R3 streams only once every node has joined (0.8 to 4 s, TESTCONTAINERS.md).
       const placing = { while: (e: { readonly message: string }) => /no suitable peers/.test(e.message), schedule: Schedule.spaced("250 millis"), times: 40 }
-      const bucket = yield* Context.get(after, Kv.Kv).bucket({ name: "tabs" }).pipe(Effect.retry(placing))
-      const journal = yield* Context.get(after, Journal.Journal).open(JOURNAL).pipe(Effect.retry(placing))
+      const bucket = yield* Context.get(after, Kv.Kv).bucket({ name: "tabs" }).pipe(Effect.retry(placing), step("scale the bucket up"))
+      const journal = yield* Context.get(after, Journal.Journal).open(JOURNAL).pipe(Effect.retry(placing), step("scale the journal up"))
       const kvStream = yield* streamInfo(cluster.servers, `KV_${namespace}_tabs`)
       expect(kvStream.replicas).toBe(3)
       expect((yield* streamInfo(cluster.servers, `${namespace}_history`)).replicas).toBe(3)
       expect(Option.map(yield* bucket.get("alice.1"), (e) => decoder.decode(e.value))).toEqual(Option.some("before"))
       // Bucket replicas take a moment to catch up after the scale-up.
       const put = bucket.put("alice.2", "r3").pipe(Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 40 }))
-      yield* put
-      // Appends are core publishes, unacknowledged (issue 18): one made while the scaled-up stream
-      // elects its leader is lost, so wait for the leader first.
-      yield* streamInfo(cluster.servers, `${namespace}_history`).pipe(
-        Effect.filterOrFail((info) => info.replicas === 3 && info.leader !== undefined, () => new Error("the journal has no leader")),
-        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 50 })
-      )
+      yield* put.pipe(step("put after the scale-up"))
+      // Appended at once, while the scaled-up stream may still be electing its leader: each is
+      // acknowledged, or sent again until it is.
       for (let i = 0; i < 3; i++) journal.append(`entry ${i}`)
-      yield* Effect.suspend(() => journal.read({ limit: 10 })).pipe(
-        Effect.filterOrFail((entries) => entries.length === 3, (entries) => new Error(`the journal holds ${entries.length} of 3 entries`)),
-        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 50 })
-      )
+      const stored = (n: number) =>
+        Effect.suspend(() => journal.read({ limit: 20 })).pipe(
+          Effect.map((entries) => entries.map((e) => decoder.decode(e.data))),
+          Effect.filterOrFail((entries) => entries.length === n, (entries) => new Error(`the journal holds ${entries.length} of ${n} entries`)),
+          Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 80 })
+        )
+      expect(yield* stored(3).pipe(step("3 entries stored", 30))).toEqual(["entry 0", "entry 1", "entry 2"])
 
       // Kill the node that leads the bucket (n0, n1 or n2): reads and writes go on through the others.
       const leader = yield* streamInfo(cluster.servers, `KV_${namespace}_tabs`).pipe(
         Effect.map((info) => Number(info.leader?.slice(1))),
         Effect.filterOrFail((n) => n === 0 || n === 1 || n === 2, () => new Error("the bucket has no leader")),
-        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 50 })
+        Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 50 }),
+        step("find the leader")
       )
-      yield* cluster.kill(leader)
+      yield* cluster.kill(leader).pipe(step("kill the leader"))
+      // Appends while the cluster elects new leaders: none lost, none stored twice.
+      for (let i = 3; i < 6; i++) journal.append(`entry ${i}`)
       const retry = { schedule: Schedule.spaced("250 millis"), times: 60 }
       const read = (key: string) => bucket.get(key).pipe(Effect.map(Option.map((e) => decoder.decode(e.value))), Effect.retry(retry))
-      expect(yield* read("alice.1")).toEqual(Option.some("before"))
+      expect(yield* read("alice.1").pipe(step("read after the loss"))).toEqual(Option.some("before"))
       expect(yield* read("alice.2")).toEqual(Option.some("r3"))
-      yield* bucket.put("alice.3", "after the loss").pipe(Effect.retry(retry))
+      yield* bucket.put("alice.3", "after the loss").pipe(Effect.retry(retry), step("put after the loss"))
       expect(yield* read("alice.3")).toEqual(Option.some("after the loss"))
-      const entries = yield* journal.read({ limit: 10 }).pipe(Effect.retry(retry))
-      expect(entries.map((e) => decoder.decode(e.data))).toEqual(["entry 0", "entry 1", "entry 2"])
-      yield* cluster.restart(leader)
+      expect([...(yield* stored(6).pipe(step("6 entries stored", 30)))].sort()).toEqual(["entry 0", "entry 1", "entry 2", "entry 3", "entry 4", "entry 5"])
+      yield* cluster.restart(leader).pipe(step("restart the node"))
     }).pipe(Effect.scoped, Effect.provide(NatsCluster.layer)), 120_000)
 })

@@ -1,0 +1,89 @@
+/**
+ * Journal appends that are acknowledged, and retried until they are. A core publish to a stream's
+ * subject is stored without an answer, so one sent while the stream has no leader (an election
+ * after a node died, a stream just scaled up) was lost without a word.
+ *
+ * Each append is published to JetStream at once (pipelined, in order) with a message id, and
+ * kept until its acknowledgement. A failure pauses, then sends every entry still unacknowledged
+ * again, oldest first; the id lets the stream drop a copy it already has (within its duplicate
+ * window, 2 minutes by default). What is still unacknowledged after `giveUpAfter`, or beyond
+ * `maxPending` entries, is reported to `lost` and dropped: bounded memory while NATS is away.
+ * An entry retried after a later one was stored lands after it: order holds except across a failure.
+ */
+import type { JetStreamClient } from "@nats-io/jetstream"
+import { randomBytes } from "node:crypto"
+
+export interface AppenderOptions {
+  readonly retryAfterMillis: number
+  readonly giveUpAfterMillis: number
+  readonly maxPending: number
+  readonly timeoutMillis: number
+  /** Entries dropped unstored, and why: for a log line. */
+  readonly lost: (count: number, why: string) => void
+}
+
+interface Entry {
+  readonly id: string
+  readonly data: Uint8Array | string
+  readonly at: number
+  acked: boolean
+}
+
+export const appender = (js: JetStreamClient, subject: string, options: AppenderOptions) => {
+  // Ids unique across processes and restarts, for the stream's duplicate detection.
+  const prefix = randomBytes(6).toString("base64url")
+  let seq = 0
+  /** Unacknowledged entries, oldest first (acknowledged ones are trimmed off the front). */
+  let pending: Array<Entry> = []
+  let retry: ReturnType<typeof setTimeout> | undefined
+  let lastError = ""
+
+  const trim = () => {
+    let n = 0
+    while (n < pending.length && pending[n]!.acked) n++
+    if (n > 0) pending = pending.slice(n)
+  }
+
+  const send = (e: Entry) =>
+    js.publish(subject, e.data, { msgID: e.id, timeout: options.timeoutMillis }).then(
+      () => {
+        e.acked = true
+        if (pending[0] === e) trim()
+      },
+      (cause: unknown) => {
+        lastError = cause instanceof Error ? cause.message : String(cause)
+        // Unref'd: a retry must not keep a stopping process alive; what it would store is reported lost.
+        retry ??= setTimeout(resend, options.retryAfterMillis).unref()
+      }
+    )
+
+  const resend = () => {
+    retry = undefined
+    trim()
+    const cutoff = Date.now() - options.giveUpAfterMillis
+    const expired = pending.findIndex((e) => e.at >= cutoff)
+    const drop = expired < 0 ? pending.length : expired
+    if (drop > 0) {
+      options.lost(pending.slice(0, drop).filter((e) => !e.acked).length, `not stored within ${options.giveUpAfterMillis} ms (${lastError})`)
+      pending = pending.slice(drop)
+    }
+    for (const e of pending) if (!e.acked) void send(e)
+  }
+
+  return {
+    append: (data: Uint8Array | string) => {
+      if (pending.length >= options.maxPending) {
+        trim()
+        if (pending.length >= options.maxPending) {
+          const oldest = pending.shift()!
+          if (!oldest.acked) options.lost(1, `more than ${options.maxPending} appends waiting to be stored (${lastError})`)
+        }
+      }
+      const e: Entry = { id: `${prefix}.${++seq}`, data, at: Date.now(), acked: false }
+      pending.push(e)
+      void send(e)
+    },
+    /** Entries not yet acknowledged, for tests and metrics. */
+    unacknowledged: () => pending.filter((e) => !e.acked).length
+  }
+}
