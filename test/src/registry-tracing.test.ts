@@ -1,8 +1,11 @@
 /**
  * One `tools/call` through the hub is one trace: the client's frame at the edge, the registry
  * routing it, the edge delivering `browser/executeTool` to the tab, the registry answering, and the
- * edge delivering the answer. The tab's frames start no trace of their own.
+ * edge delivering the answer. The tab's frames start no trace of their own. The same holds over
+ * Streamable HTTP, where a host's own `traceparent` header is the trace's root.
  */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { describe, expect, it } from "@effect/vitest"
 import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base"
 import { Edge } from "@switchboard/edge"
@@ -12,7 +15,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { busLayer, stack } from "./support/Stack.ts"
+import { busLayer, stack, token } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 const TOOL = "website_tool_shop_example_com_tab1_getCart"
@@ -56,4 +59,41 @@ describe("registry tracing", () => {
       // The tab's answer continued the call's trace rather than starting one.
       expect(exporter.getFinishedSpans().filter((s) => s.name === "edge.receive" && s.attributes["sb.path"] === "/tabs")).toEqual([])
     }))
+
+  it.scopedLive("over Streamable HTTP too, continuing the trace of a host that sends a traceparent", () =>
+    Effect.gen(function*() {
+      const exporter = new InMemorySpanExporter()
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, tracing: Telemetry.layerMemory("switchboard", exporter) }))
+      const base = Context.get(ctx, Edge.EdgeServer).url
+      yield* tab(base.replace("http", "ws"), page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
+      // The host's own span, as an instrumented host would send it with each request.
+      const hostTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+      const hostSpan = "00f067aa0ba902b7"
+      const t = yield* token({ sub: "alice" })
+      const client = new Client({ name: "traced-host", version: "0.0.0" })
+      const transport = new StreamableHTTPClientTransport(new URL(`${base}/hub`), {
+        requestInit: { headers: { Authorization: `Bearer ${t}`, traceparent: `00-${hostTrace}-${hostSpan}-01` } }
+      })
+      yield* Effect.acquireRelease(Effect.promise(() => client.connect(transport)), () => Effect.promise(() => client.close()))
+      yield* toolsUntil(client, (n) => n.includes(TOOL))
+      expect(textOf(yield* Effect.promise(() => client.callTool({ name: TOOL, arguments: { text: "h" } })))).toBe("shop:getCart:h")
+
+      const trace = yield* Effect.suspend(() => {
+        const spans = exporter.getFinishedSpans()
+        const call = spans.find((s) => s.name === "registry.call")
+        const trace = call === undefined ? [] : spans.filter((s) => s.spanContext().traceId === call.spanContext().traceId)
+        return trace.some((s) => s.name === "edge.deliver" && s.attributes["sb.transport"] === "http")
+          ? Effect.succeed(trace)
+          : Effect.fail(new NotYet(spans.map((s) => s.name).join(", ")))
+      }).pipe(Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds"))), Effect.orDie)
+
+      const call = trace.find((s) => s.name === "registry.call")!
+      const receive = trace.find((s) => s.name === "edge.receive" && idOf(s) === parentOf(call))
+      expect(call.spanContext().traceId).toBe(hostTrace)
+      expect(receive?.attributes).toMatchObject({ "sb.transport": "http", "sb.path": "/hub" })
+      expect(receive?.parentSpanContext?.spanId).toBe(hostSpan)
+      const reply = trace.find((s) => s.name === "registry.reply")!
+      expect(trace.find((s) => s.name === "edge.deliver" && parentOf(s) === idOf(reply))?.attributes["sb.transport"]).toBe("http")
+    }))
 })
+

@@ -19,6 +19,8 @@ import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import type * as Http from "node:http"
 import * as EdgeConfig from "./Config.ts"
+import { type Span, SpanKind } from "@opentelemetry/api"
+import { Telemetry } from "@switchboard/telemetry"
 
 export const METADATA_PATH = "/.well-known/oauth-protected-resource"
 
@@ -45,6 +47,8 @@ export interface StreamableHttpOptions {
    */
   readonly countFrame: () => void
 }
+
+const HTTP_SPAN = { "sb.transport": "http" } as const
 
 /** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
 interface Pending {
@@ -110,8 +114,11 @@ const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-
 
 const failureBody = (code: number, message: string, id: JsonRpc.Id | null = null) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
 
-export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHttpShape, Bus.BusError | ConfigError.ConfigError, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Scope.Scope> =>
+export const make = (
+  options: StreamableHttpOptions
+): Effect.Effect<StreamableHttpShape, Bus.BusError | ConfigError.ConfigError, Bus.Bus | Kv.Kv | AuthClient.AuthClient | Telemetry.Tracing | Scope.Scope> =>
   Effect.gen(function*() {
+    const { tracer } = yield* Telemetry.Tracing
     const bus = yield* Bus.Bus
     const auth = yield* AuthClient.AuthClient
     const connections = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
@@ -195,11 +202,27 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
       ...extra
     })
 
+    /**
+     * The edge's span for a message it hands to a session, as a socket's frame gets one; a host
+     * that sent a W3C `traceparent` sees it continue its own trace.
+     */
+    const receiveSpan = (res: Http.ServerResponse, session: Subjects.ConnId): { readonly span: Span; readonly traceparent: string } | undefined => {
+      if (Option.isNone(tracer)) return undefined
+      const parent = res.req.headers.traceparent
+      return Telemetry.startSpan(tracer.value, "edge.receive", typeof parent === "string" ? parent : undefined, {
+        kind: SpanKind.CONSUMER,
+        attributes: { ...HTTP_SPAN, "sb.conn": session, "sb.edge": edgeId, "sb.path": options.path }
+      })
+    }
+
     /** Hands one message to the session's actor; a request's response waits in `exchanges` for the answer. */
     const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
       options.countFrame()
+      const traced = receiveSpan(res, session)
+      const trace = traced === undefined ? {} : { traceparent: traced.traceparent }
       if (id === undefined) {
-        bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, {}))
+        bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, trace))
+        traced?.span.end()
         res.writeHead(202).end()
         return
       }
@@ -212,7 +235,8 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
         if (exchanges.get(n) === pending) exchanges.delete(n)
         clearTimeout(timer)
       })
-      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { [Subjects.Header.http]: String(n) }))
+      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { ...trace, [Subjects.Header.http]: String(n) }))
+      traced?.span.end()
     }
 
     const timedOut = (n: number) => {
@@ -441,6 +465,13 @@ export const make = (options: StreamableHttpOptions): Effect.Effect<StreamableHt
         return
       }
       ex.timer.refresh()
+      const traceparent = m.header(Subjects.Header.traceparent)
+      if (end && traceparent !== undefined && Option.isSome(tracer)) {
+        Telemetry.startSpan(tracer.value, "edge.deliver", traceparent, {
+          kind: SpanKind.PRODUCER,
+          attributes: { ...HTTP_SPAN, "sb.conn": ex.session, "sb.edge": edgeId }
+        }).span.end()
+      }
       if (!ex.sse) {
         if (end) {
           exchanges.delete(n)
