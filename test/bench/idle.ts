@@ -25,6 +25,11 @@ const SOCKETS = Number(process.env["IDLE_SOCKETS"] ?? 10_000)
  * code compiled and state created once (a topic, a KV watch), which is not a per-socket cost.
  */
 const WARM = 100
+/**
+ * Sockets per user (IDLE_SOCKETS_PER_USER): by default each socket is a user of its own, the
+ * worst case, where nothing kept per user is shared between sockets.
+ */
+const PER_USER = Math.max(1, Number(process.env["IDLE_SOCKETS_PER_USER"] ?? 1))
 /** /v0/ws participants per topic; each topic's setup is shared by this many sockets. */
 const TOPIC_SIZE = Number(process.env["IDLE_TOPIC_SIZE"] ?? 20)
 /** Handshakes in flight at once: paced, so that a path measures memory and not a queue of upgrades. */
@@ -37,11 +42,7 @@ const MAX_FAILED = 50
 /** Time for work a handshake sets off (KV writes, presence fan-out) to finish before RSS is read. */
 const SETTLE_MS = 2_000
 
-/**
- * Caps sized for people, lifted: every socket comes from 127.0.0.1, and the counts per user are
- * lifted too, although each socket here is a user of its own (the worst case: nothing per user is
- * shared between sockets).
- */
+/** Caps sized for people, lifted: every socket comes from 127.0.0.1, and a user may have many. */
 const lifted = {
   ...unlimited,
   EDGE_MAX_CONNECTIONS_PER_ADDRESS: "0",
@@ -180,7 +181,7 @@ const openSockets = async (
     while (next < from + count && performance.now() < deadline && opened.failed < MAX_FAILED) {
       const i = next++
       try {
-        opened.sockets.push(await idleSocket(base, handshake, i, tokens[i] ?? "", onIdleClose))
+        opened.sockets.push(await idleSocket(base, handshake, i, tokens[i % tokens.length] ?? "", onIdleClose))
       } catch (e) {
         opened.failed++
         opened.firstError ??= e instanceof Error ? e.message : String(e)
@@ -191,6 +192,12 @@ const openSockets = async (
   opened.seconds = (performance.now() - start) / 1000
   return opened
 }
+
+/**
+ * Users for `sockets`: socket i is user i mod users, so that the TOPIC_SIZE sockets of one /v0/ws
+ * topic (consecutive) are distinct participants.
+ */
+const users = (sockets: number) => Math.max(TOPIC_SIZE, Math.ceil(sockets / PER_USER))
 
 // --- memory of the servers ------------------------------------------------------------------
 
@@ -308,9 +315,14 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
     for (const ws of [...warm.sockets, ...measured.sockets]) ws.terminate()
     const failed = warm.failed + measured.failed
     if (failed > 0) console.error(`idle: ${deployment.name} ${handshake.path}: ${failed} handshakes failed, the first: ${warm.firstError ?? measured.firstError}`)
-    deployment.subjects.forEach((subject, i) => {
-      const b = before[i]
-      const a = after[i]
+    // Every process together as a last line, when there are several: what the deployment spends.
+    const lines = deployment.subjects.map((subject, i) => [subject.process.name, subject.inspector !== undefined, before[i], after[i]] as const)
+    const sum = (ms: ReadonlyArray<Memory | undefined>): Memory => ({
+      rssKb: ms.reduce((t, m) => t + (m?.rssKb ?? NaN), 0),
+      heapKb: ms.reduce((t, m) => t + (Number.isNaN(m?.heapKb) ? 0 : (m?.heapKb ?? NaN)), 0)
+    })
+    if (lines.length > 1) lines.push(["all", false, sum(before), sum(after)])
+    lines.forEach(([name, gc, b, a], i) => {
       if (a === undefined || b === undefined) return
       const rssPerSocket = sockets === 0 ? NaN : (a.rssKb - b.rssKb) / sockets
       if (handshake === plainHandshake) plainKbPerSocket = rssPerSocket
@@ -319,8 +331,9 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
         suite: "idle",
         target: deployment.name,
         path: handshake.path,
-        process: subject.process.name,
+        process: name,
         sockets,
+        users: Math.min(tokens.length, sockets + WARM),
         failed,
         closed_while_idle: closedWhileIdle,
         open_s: round1(measured.seconds),
@@ -328,7 +341,7 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
         rss_after_mb: round1(a.rssKb / 1024),
         rss_kb_per_socket: finite(rssPerSocket),
         heap_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapKb - b.heapKb) / sockets),
-        gc: subject.inspector !== undefined,
+        gc,
         ...(i === 0 && plainKbPerSocket !== undefined ? { ratio_to_plain: finite(rssPerSocket / plainKbPerSocket) } : {}),
         ...(handshake.path === "/v0/ws" ? { participants_per_topic: TOPIC_SIZE } : {})
       })
@@ -368,8 +381,9 @@ const embeddedTarget = (tokens: ReadonlyArray<string>) =>
     })), { discard: true })
 
 const distributedTarget = (tokens: ReadonlyArray<string>) =>
-  withNats((natsUrl) =>
-    Effect.forEach(handshakes, (handshake, n) =>
+  // A NATS per path too: JetStream keeps what a path stored (and its RSS) after the path's processes end.
+  Effect.forEach(handshakes, (handshake, n) =>
+    withNats((natsUrl) =>
       Effect.scoped(Effect.gen(function*() {
         // A namespace per path, so that no KV record of the previous path's processes is seen.
         const env = { ...lifted, NATS_URL: natsUrl, SWITCHBOARD_NAMESPACE: `bench${process.pid}i${n}` }
@@ -391,18 +405,17 @@ const distributedTarget = (tokens: ReadonlyArray<string>) =>
         const subjects: Array<Subject> = [edge.subject, ...others.map((o) => o.subject)]
         if (nats !== undefined) subjects.push({ process: nats, inspector: undefined })
         yield* measurePath({ name: "switchboard-distributed", base: wsUrl(edge.started, ""), subjects }, handshake, tokens)
-      })), { discard: true })
-  )
+      }))), { discard: true })
 
 export const idleSuite = Effect.gen(function*() {
   const start = performance.now()
   // One user per socket; the same tokens on every target, each path on fresh processes.
   const tokens = yield* Effect.forEach(
-    Array.from({ length: WARM + SOCKETS }, (_, i) => i),
+    Array.from({ length: users(WARM + SOCKETS) }, (_, i) => i),
     (i) => issueToken({ sub: `idle${i}`, ttl: "1 hour" })
   )
   yield* plainTarget(tokens)
   yield* embeddedTarget(tokens)
   yield* distributedTarget(tokens)
-  console.error(`idle: ${WARM + SOCKETS} sockets a path, ${round1((performance.now() - start) / 1000)} s in all`)
+  console.error(`idle: ${WARM + SOCKETS} sockets a path (${WARM} of them warm-up), ${round1((performance.now() - start) / 1000)} s in all`)
 })
