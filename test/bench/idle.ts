@@ -26,10 +26,11 @@ const SOCKETS = Number(process.env["IDLE_SOCKETS"] ?? 10_000)
  */
 const WARM = 100
 /**
- * Sockets per user (IDLE_SOCKETS_PER_USER): by default each socket is a user of its own, the
- * worst case, where nothing kept per user is shared between sockets.
+ * Sockets per user (IDLE_SOCKETS_PER_USER, default 10). With 1, every socket also pays for what is
+ * kept per user: on /hub that was 183 KB in the registry and 181 KB in NATS per socket (at 10,
+ * 43 and 23 KB), which is a per-user cost, and it halves the rate at which /hub sockets open.
  */
-const PER_USER = Math.max(1, Number(process.env["IDLE_SOCKETS_PER_USER"] ?? 1))
+const PER_USER = Math.max(1, Number(process.env["IDLE_SOCKETS_PER_USER"] ?? 10))
 /** /v0/ws participants per topic; each topic's setup is shared by this many sockets. */
 const TOPIC_SIZE = Number(process.env["IDLE_TOPIC_SIZE"] ?? 20)
 /** Handshakes in flight at once: paced, so that a path measures memory and not a queue of upgrades. */
