@@ -35,7 +35,13 @@ const captureLogs = () => {
   const layer = Layer.provide(Logger.replace(Logger.defaultLogger, logger), Logger.minimumLogLevel(LogLevel.Warning))
   const lines = () => [...all]
   const warnings = () => all.filter((l) => l.includes("level=WARN"))
-  return { lines, warnings, bytes: () => all.reduce((n, l) => n + Buffer.byteLength(l), 0), layer }
+  /**
+   * The warnings about a tab's tools. A logger a layer installs reaches the layers built after it,
+   * the edge's among them: on a clone where the /embed script is not built, the edge's warning
+   * about that lands here too.
+   */
+  const toolWarnings = () => warnings().filter((l) => l.includes("tool"))
+  return { lines, warnings, toolWarnings, bytes: () => all.reduce((n, l) => n + Buffer.byteLength(l), 0), layer }
 }
 type Logs = ReturnType<typeof captureLogs>
 
@@ -142,9 +148,9 @@ describe("hostile registry input: log amplification", () => {
       expect(answer.result.rejected.length).toBeLessThanOrEqual(20)
       expect(answer.result.rejected[0]).toContain("over the limit of 256 tools per tab")
       expect(text.length).toBeLessThan(4_096)
-      expect(logs.warnings()).toHaveLength(1)
-      expect(logs.warnings()[0]).toContain("rejected 9744 tool(s) (over-limit: 9744)")
-      expect(logs.bytes()).toBeLessThan(2_048)
+      expect(logs.toolWarnings()).toHaveLength(1)
+      expect(logs.toolWarnings()[0]).toContain("rejected 9744 tool(s) (over-limit: 9744)")
+      expect(logs.toolWarnings().reduce((n, l) => n + Buffer.byteLength(l), 0)).toBeLessThan(2_048)
     }))
 
   it.scopedLive("the same bad frame in a loop is answered every time, but warned about once per interval per socket", () =>
@@ -160,13 +166,13 @@ describe("hostile registry input: log amplification", () => {
         t.send({ jsonrpc: "2.0", method: "browser/registerTools", params: { tools: "not a list" } })
       }
       for (let i = 0; i < 50; i++) expect(yield* t.next).toMatchObject({ id: i, result: { registered: 1, rejectedCount: 2 } })
-      expect(logs.warnings()).toHaveLength(1)
+      expect(logs.toolWarnings()).toHaveLength(1)
       // Another socket has its own allowance.
       const other = yield* rawTab(ws, "alice")
       other.send(hello(2, "https://loop.example.com/"))
       other.send(register(bad, "other"))
       expect(yield* other.next).toMatchObject({ id: "other", result: { registered: 1 } })
-      expect(logs.warnings()).toHaveLength(2)
+      expect(logs.toolWarnings()).toHaveLength(2)
     }))
 })
 
