@@ -105,9 +105,12 @@ export const livenessInterval = (name: string, fallback: Duration.DurationInput,
 export const nonNegativeDuration = (name: string, fallback: Duration.DurationInput, description: string) =>
   setting(name, durationOver(true), Duration.decode(fallback), description)
 
-/** `self` (a burst, say) refused when below `floor` (its rate): a bucket smaller than one second's refill never fills. */
-export const atLeast = (self: Config.Config<number>, name: string, floor: Config.Config<number>, floorName: string) =>
-  Config.all([self, floor]).pipe(
+/**
+ * A number > 0 (a burst, say) refused when below `floor` (its rate): a bucket smaller than one
+ * second's refill never fills.
+ */
+export const atLeast = (name: string, fallback: number, description: string, floor: Config.Config<number>, floorName: string) =>
+  Config.all([positiveNumber(name, fallback, description), floor]).pipe(
     Config.mapOrFail(([value, min]) =>
       value >= min
         ? Either.right(value)

@@ -18,7 +18,7 @@ const read = <A>(config: Config.Config<A>, env: Record<string, string>) =>
 const size = Settings.positiveInt("X_SIZE", 10, "a size")
 const limit = Settings.nonNegativeInt("X_LIMIT", 5, "a limit", "no limit")
 const rate = Settings.positiveNumber("X_RATE", 100, "a rate")
-const burst = Settings.atLeast(Settings.positiveNumber("X_BURST", 200, "a burst"), "X_BURST", rate, "X_RATE")
+const burst = Settings.atLeast("X_BURST", 200, "a burst", rate, "X_RATE")
 const wait = Settings.duration("X_WAIT", "5 seconds", "a timeout")
 const pause = Settings.nonNegativeDuration("X_PAUSE", "1 second", "a pause")
 const port = Settings.intBetween("X_PORT", 0, 65535, 8080, "a port")

@@ -20,19 +20,9 @@ export const topicModes = Config.string("MCPX_TOPIC_MODES").pipe(
   )
 )
 export const rate = Settings.positiveNumber("MCPX_RATE", 100, "Envelopes per second per participant")
-export const burst = Settings.atLeast(
-  Settings.positiveNumber("MCPX_BURST", 200, "Burst per participant"),
-  "MCPX_BURST",
-  rate,
-  "MCPX_RATE"
-)
+export const burst = Settings.atLeast("MCPX_BURST", 200, "Burst per participant", rate, "MCPX_RATE")
 export const chatRate = Settings.positiveNumber("MCPX_CHAT_RATE", 100, "Chat envelopes per second per participant (also counted in MCPX_RATE)")
-export const chatBurst = Settings.atLeast(
-  Settings.positiveNumber("MCPX_CHAT_BURST", 200, "Chat burst per participant"),
-  "MCPX_CHAT_BURST",
-  chatRate,
-  "MCPX_CHAT_RATE"
-)
+export const chatBurst = Settings.atLeast("MCPX_CHAT_BURST", 200, "Chat burst per participant", chatRate, "MCPX_CHAT_RATE")
 export const maxEnvelope = Settings.positiveInt("MCPX_MAX_ENVELOPE", 64 * 1024, "Largest envelope in bytes")
 export const maxParticipants = Settings.positiveInt("MCPX_MAX_PARTICIPANTS", 1_000, "Participants per topic")
 export const historyLimit = Settings.positiveInt("MCPX_HISTORY_LIMIT", 1_000, "Envelopes kept per topic for GET /v0/topics/{topic}/history")

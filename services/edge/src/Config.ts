@@ -54,12 +54,7 @@ export const outboundHighWaterMark = Settings.positiveInt(
   "Bytes buffered towards one socket before it is closed with 1013 as a slow consumer"
 )
 export const rateLimit = Settings.positiveNumber("EDGE_RATE_LIMIT", 50_000, "Frames per second per connection before frames are marked rate-limited")
-export const rateBurst = Settings.atLeast(
-  Settings.positiveNumber("EDGE_RATE_BURST", 100_000, "Burst allowance per connection, in frames"),
-  "EDGE_RATE_BURST",
-  rateLimit,
-  "EDGE_RATE_LIMIT"
-)
+export const rateBurst = Settings.atLeast("EDGE_RATE_BURST", 100_000, "Burst allowance per connection, in frames", rateLimit, "EDGE_RATE_LIMIT")
 export const openTimeout = Settings.duration("EDGE_OPEN_TIMEOUT", "5 seconds", "How long a new socket waits for its service to take it")
 export const heartbeatInterval = Settings.livenessInterval(
   "EDGE_HEARTBEAT_INTERVAL",
