@@ -2,12 +2,11 @@
  * Every service and the edge in one process, on one bus: the embedded one by default, NATS when
  * `NATS_URL` is set. Production runs the same layers one per process (each service's main.ts).
  */
-import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
+import { AuthClient, AuthService, Process, Tokens } from "@switchboard/auth"
 import * as AuthConfig from "@switchboard/auth/Config"
 import { Broker, BrokerConfig } from "@switchboard/broker"
 import { BusConfig } from "@switchboard/bus"
 import { Edge, EdgeConfig } from "@switchboard/edge"
-import { Settings } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import * as RegistryConfig from "@switchboard/registry/Config"
 import { Router } from "@switchboard/router"
@@ -60,13 +59,4 @@ export const settings = Config.all(
  * the dev token is printed; only then do the layers start (and run until SIGTERM/SIGINT). What
  * stops them from starting (a port in use, NATS out of reach) ends it the same way.
  */
-export const main = settings.pipe(
-  Effect.zipRight(Layer.launch(layer)),
-  Effect.catchAll((error) =>
-    Console.error(`switchboard: ${Settings.failureLine(error)}`).pipe(
-      Effect.zipRight(Effect.sync(() => {
-        process.exitCode = 1
-      }))
-    )
-  )
-)
+export const main = settings.pipe(Effect.zipRight(Layer.launch(layer)), Effect.catchAll(Process.exitWithOneLine("switchboard")))

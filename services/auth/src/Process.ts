@@ -12,6 +12,17 @@ import * as Layer from "effect/Layer"
 import * as AuthClient from "./AuthClient.ts"
 
 /**
+ * Ends a process that cannot start: one line on stderr naming what to change, and exit code 1,
+ * instead of a logged cause with a stack. `npm start` and every service alone end this way.
+ */
+export const exitWithOneLine = (name: string) => (error: unknown) =>
+  Console.error(`${name}: ${Settings.failureLine(error)}`).pipe(
+    Effect.zipRight(Effect.sync(() => {
+      process.exitCode = 1
+    }))
+  )
+
+/**
  * A layer that needs only the bus and tracing. A setting it refuses, or a failure that stops it
  * from starting (NATS out of reach, a port in use), ends the process with one line on stderr and
  * exit code 1, as `npm start` does, instead of a logged cause with a stack.
@@ -22,13 +33,7 @@ export const runOnBus = <E>(name: string, service: Layer.Layer<never, E, Bus.Bus
     Layer.provide(Telemetry.layer(`switchboard-${name}`)),
     Layer.provide(Logging.layer),
     Layer.launch,
-    Effect.catchAll((error) =>
-      Console.error(`switchboard-${name}: ${Settings.failureLine(error)}`).pipe(
-        Effect.zipRight(Effect.sync(() => {
-          process.exitCode = 1
-        }))
-      )
-    ),
+    Effect.catchAll(exitWithOneLine(`switchboard-${name}`)),
     NodeRuntime.runMain({ disablePrettyLogger: true })
   )
 
