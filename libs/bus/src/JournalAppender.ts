@@ -70,20 +70,16 @@ export const appender = (js: JetStreamClient, subject: string, options: Appender
     for (const e of pending) if (!e.acked) void send(e)
   }
 
-  return {
-    append: (data: Uint8Array | string) => {
+  return (data: Uint8Array | string): void => {
+    if (pending.length >= options.maxPending) {
+      trim()
       if (pending.length >= options.maxPending) {
-        trim()
-        if (pending.length >= options.maxPending) {
-          const oldest = pending.shift()!
-          if (!oldest.acked) options.lost(1, `more than ${options.maxPending} appends waiting to be stored (${lastError})`)
-        }
+        const oldest = pending.shift()!
+        if (!oldest.acked) options.lost(1, `more than ${options.maxPending} appends waiting to be stored (${lastError})`)
       }
-      const e: Entry = { id: `${prefix}.${++seq}`, data, at: Date.now(), acked: false }
-      pending.push(e)
-      void send(e)
-    },
-    /** Entries not yet acknowledged, for tests and metrics. */
-    unacknowledged: () => pending.filter((e) => !e.acked).length
+    }
+    const e: Entry = { id: `${prefix}.${++seq}`, data, at: Date.now(), acked: false }
+    pending.push(e)
+    void send(e)
   }
 }

@@ -422,7 +422,7 @@ export const makeJournal = (
   const handle = (m: JetStreamManager, journal: string): JournalHandle => {
     const name = `${namespace}_${journal}`
     const subject = `${namespace}.journal.${journal}`
-    const { append } = appender(js, subject, {
+    const append = appender(js, subject, {
       retryAfterMillis: 250,
       giveUpAfterMillis: 30_000,
       maxPending: 10_000,
