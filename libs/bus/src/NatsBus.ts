@@ -13,10 +13,8 @@ import {
   StorageType
 } from "@nats-io/jetstream"
 import { Kvm, KvWatchInclude, type KV, type KvEntry as NatsKvEntry } from "@nats-io/kv"
-import { TE } from "@nats-io/nats-core/internal"
 import {
   connect,
-  MsgHdrsImpl,
   type Msg,
   type MsgHdrs,
   nanos,
@@ -45,8 +43,8 @@ import {
 } from "./Bus.ts"
 import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
+import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "./internal/NatsShims.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
-import { Socket } from "node:net"
 
 export interface NatsOptions {
   /** One or more server URLs. */
@@ -62,23 +60,7 @@ export interface NatsOptions {
   readonly replicas?: number
 }
 
-/**
- * nats.js encodes every protocol line it writes (`HPUB <subject> ...`) with one shared TextEncoder,
- * whose encode() makes a new ArrayBuffer per call; Buffer.from takes short strings from Node's pool,
- * about 4× faster on Node 20. Same bytes, and a Buffer is a Uint8Array. (Internal API, like the
- * socket below; on a nats.js without it this does nothing.)
- */
-if (TE instanceof TextEncoder) TE.encode = (input = "") => Buffer.from(input)
-
-/** Headers that never change once built, so their wire form is encoded once, not per publish. */
-class FrozenHeaders extends MsgHdrsImpl {
-  private encoded: Uint8Array | undefined
-  override encode(): Uint8Array {
-    // A copy of its own, since it is kept as long as the connection: a slice of Node's pool would
-    // keep the whole 8 KiB slab alive.
-    return (this.encoded ??= new Uint8Array(super.encode()))
-  }
-}
+installPooledEncoder()
 
 /**
  * Hot publishers (the edge, actors) reuse one header record per connection or kind, so the
@@ -98,14 +80,6 @@ const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
   return out
 }
 
-/** What nats.js keeps of a received message before it parses anything (internal API). */
-interface RawMsg {
-  readonly _rdata?: Uint8Array
-  readonly _msg?: { readonly hdr?: number }
-}
-
-const headerDecoder = new TextDecoder()
-
 class NatsMessage implements BusMessage {
   /** The header block as text (`NATS/1.0\r\nname: value\r\n...`), "" when there is none. */
   private head: string | undefined
@@ -121,15 +95,13 @@ class NatsMessage implements BusMessage {
   }
   /**
    * An empty header value reads as absent: one lookup instead of `has` then `get`. Headers are
-   * looked up in the block's text: nats.js's own parse builds a Map of arrays per message, and the
-   * hot paths read two or three headers of each. Falls back to it if nats.js changes shape.
+   * looked up in the raw block's text (`rawHeaderBlock`), or in nats.js's own parse without it.
    */
   header(name: string): string | undefined {
     if (this.head === undefined) {
-      const raw = this.msg as unknown as RawMsg
-      const end = raw._msg?.hdr
-      if (raw._rdata === undefined || end === undefined) return nonEmpty(this.msg.headers?.get(name))
-      this.head = end > 0 ? headerDecoder.decode(raw._rdata.subarray(0, end)) : ""
+      const head = rawHeaderBlock(this.msg)
+      if (head === undefined) return nonEmpty(this.msg.headers?.get(name))
+      this.head = head
     }
     // Names are ours, written as `name: value`; values never hold a line break.
     const at = this.head.indexOf(`\r\n${name}:`)
@@ -147,36 +119,6 @@ const busError = (reason: BusError["reason"], message: string) => (cause: unknow
 const isConflict = (e: unknown) =>
   e instanceof JetStreamApiError &&
   (e.code === JetStreamApiCodes.StreamWrongLastSequence || e.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
-
-/**
- * nats.js writes what one microtask published with one socket write. A busy edge handles one
- * socket read per task, so it made one write (a syscall) per frame. Corking the connection's socket
- * gathers the writes into one writev. The cork lasts the turn of the event loop that wrote and the
- * next one: a busy process reads more frames in that turn, and their writes join the same flush;
- * an idle one goes through it at once (pending immediates make the poll not wait). In two paired
- * bench runs of the distributed proxy at 50×10, the CPU per message of the edges, the router,
- * nats-server (fewer, larger reads) and the bench together fell by 5% and 9%, for about 1% more
- * latency at 1×1. Nothing is reordered: every write of the connection goes through the socket.
- * The socket is nats.js's own (not public API); without it, writes go out as before.
- */
-const corker = (nc: NatsConnection) => {
-  let corked = false
-  let turns = 0
-  const uncork = (socket: Socket) => {
-    if (++turns < 2) return void setImmediate(uncork, socket)
-    corked = false
-    socket.uncork()
-  }
-  return () => {
-    if (corked) return
-    const socket = (nc as unknown as { readonly protocol?: { readonly transport?: { readonly socket?: unknown } } }).protocol?.transport?.socket
-    if (!(socket instanceof Socket) || socket.destroyed) return
-    corked = true
-    turns = 0
-    socket.cork()
-    setImmediate(uncork, socket)
-  }
-}
 
 export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
   const prefix = `${namespace}.`

@@ -1,0 +1,94 @@
+/**
+ * The places where the NATS adapter relies on nats.js internals, each named and each with the
+ * shape it needs stated in `shapes`, which `test/NatsShims.test.ts` checks against a real server:
+ * a nats.js upgrade that moves any of them fails that test rather than silently losing the shim.
+ * The nats.js packages are pinned to an exact version for the same reason. Every shim falls back
+ * to nats.js's public behaviour when the shape is missing.
+ */
+import { TE } from "@nats-io/nats-core/internal"
+import { type Msg, MsgHdrsImpl, type NatsConnection } from "@nats-io/transport-node"
+import { Socket } from "node:net"
+
+/**
+ * nats.js encodes every protocol line it writes (`HPUB <subject> ...`) with one shared
+ * TextEncoder, whose `encode()` allocates a new ArrayBuffer per call. `Buffer.from` takes short
+ * strings from Node's pooled slab instead. Same bytes, and a Buffer is a Uint8Array.
+ */
+export const installPooledEncoder = () => {
+  if (TE instanceof TextEncoder) TE.encode = (input = "") => Buffer.from(input)
+}
+
+/**
+ * Headers that never change once built, so their wire form is encoded once, not per publish:
+ * hot publishers reuse one header record per connection or kind.
+ */
+export class FrozenHeaders extends MsgHdrsImpl {
+  private encoded: Uint8Array | undefined
+  override encode(): Uint8Array {
+    // A copy of its own, since it is kept as long as the connection: a slice of Node's pool would
+    // keep the whole 8 KiB slab alive.
+    return (this.encoded ??= new Uint8Array(super.encode()))
+  }
+}
+
+/** What nats.js keeps of a received message before it parses anything. */
+interface RawMsg {
+  readonly _rdata?: Uint8Array
+  readonly _msg?: { readonly hdr?: number }
+}
+
+const headerDecoder = new TextDecoder()
+
+/**
+ * A received message's header block as text (`NATS/1.0\r\nname: value\r\n...`), "" when it has
+ * none, read from the raw bytes nats.js keeps: its own parse builds a Map of arrays per message,
+ * where the hot paths read two or three headers. `undefined` when the raw bytes are not there.
+ */
+export const rawHeaderBlock = (msg: Msg): string | undefined => {
+  const raw = msg as unknown as RawMsg
+  const end = raw._msg?.hdr
+  if (raw._rdata === undefined || end === undefined) return undefined
+  return end > 0 ? headerDecoder.decode(raw._rdata.subarray(0, end)) : ""
+}
+
+/** The connection's own socket, or `undefined` when nats.js keeps it elsewhere. */
+const socketOf = (nc: NatsConnection): Socket | undefined => {
+  const socket = (nc as unknown as { readonly protocol?: { readonly transport?: { readonly socket?: unknown } } }).protocol?.transport?.socket
+  return socket instanceof Socket ? socket : undefined
+}
+
+/**
+ * nats.js writes what one microtask published with one socket write, so a busy process that
+ * handles one socket read per task made one write (a syscall) per frame. Corking the connection's
+ * socket gathers those writes into one writev. The cork lasts the turn of the event loop that
+ * wrote and the next one: a busy process reads more frames in that turn and their writes join the
+ * same flush; an idle one goes through it at once (pending immediates make the poll not wait).
+ * Nothing is reordered: every write of the connection goes through the one socket. Returns the
+ * function to call before each publish.
+ */
+export const corker = (nc: NatsConnection) => {
+  let corked = false
+  let turns = 0
+  const uncork = (socket: Socket) => {
+    if (++turns < 2) return void setImmediate(uncork, socket)
+    corked = false
+    socket.uncork()
+  }
+  return () => {
+    if (corked) return
+    const socket = socketOf(nc)
+    if (socket === undefined || socket.destroyed) return
+    corked = true
+    turns = 0
+    socket.cork()
+    setImmediate(uncork, socket)
+  }
+}
+
+/** Whether each internal a shim relies on is where it expects, on a live connection that has received `msg`. */
+export const shapes = (nc: NatsConnection, msg: Msg) => ({
+  pooledEncoder: TE instanceof TextEncoder,
+  frozenHeaders: typeof MsgHdrsImpl === "function" && typeof MsgHdrsImpl.prototype.encode === "function",
+  rawHeaderBlock: rawHeaderBlock(msg) !== undefined,
+  corker: socketOf(nc) !== undefined
+})
