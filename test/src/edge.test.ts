@@ -3,9 +3,10 @@
  * rules (binary 1003, oversized 1009), ping/pong, slow consumers (1013), rate limits and shutdown.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Actors, Bus, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
 import { Broker } from "@switchboard/broker"
 import { Edge } from "@switchboard/edge"
+import { Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
@@ -13,7 +14,9 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Net from "node:net"
 import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
@@ -41,7 +44,23 @@ const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Effect.map((r) => (r._tag === "Right" ? "accepted" : r.left instanceof UpgradeRefused ? r.left.status : `failed: ${String(r.left)}`))
   )
 
+const decodeHeartbeat = Schema.decodeUnknownSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
+
 describe("edge", () => {
+  it.scopedLive("reports its open sockets in its heartbeat", () =>
+    Effect.gen(function*() {
+      const ctx = yield* Layer.build(stack(busLayer(), { routes: Echo.routes, services: Echo.layer, env: { EDGE_HEARTBEAT_INTERVAL: "100 millis" } }))
+      const edge = Context.get(ctx, Edge.EdgeServer)
+      const edges = yield* Context.get(ctx, Kv.Kv).bucket(Subjects.Bucket.edges)
+      const reported = edges.get(Subjects.Key.edge(Subjects.EdgeId(edge.id))).pipe(
+        Effect.map(Option.map((e) => decodeHeartbeat(new TextDecoder().decode(e.value)).connections))
+      )
+      const ws = edge.url.replace("http", "ws")
+      yield* connect(`${ws}/echo`)
+      yield* connect(`${ws}/echo`)
+      yield* reported.pipe(Effect.filterOrFail((n) => Option.getOrUndefined(n) === 2), Effect.retry(Schedule.spaced("50 millis")), Effect.timeout("5 seconds"))
+    }))
+
   it.scopedLive("relays text frames both ways and serves health, readiness and metrics", () =>
     Effect.gen(function*() {
       const { edge, ws } = yield* start()

@@ -779,7 +779,8 @@ const make = (options: EdgeOptions) =>
 
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
     const startedAt = Date.now()
-    yield* edges.put(Subjects.Key.edge(edgeId), encodeHeartbeat({ startedAt, connections: sockets.size })).pipe(
+    // Suspended, so each beat reports the sockets open at that moment, not at the first.
+    yield* Effect.suspend(() => edges.put(Subjects.Key.edge(edgeId), encodeHeartbeat({ startedAt, connections: sockets.size }))).pipe(
       Effect.zipRight(Effect.void),
       Effect.catchAll((e) => Effect.logWarning("edge heartbeat failed", e)),
       Effect.repeat(Schedule.spaced(config.heartbeat)),
