@@ -44,8 +44,7 @@ export const ProxyConnectionRecord = Schema.Struct({
   extensionId: Schema.String,
   extensionConn: Schema.String,
   extensionEdge: Schema.String,
-  clientConn: Schema.String,
-  clientEdge: Schema.String
+  clientConn: Schema.String
 })
 export type ProxyConnectionRecord = typeof ProxyConnectionRecord.Type
 
@@ -63,8 +62,7 @@ export type SessionRecord = typeof SessionRecord.Type
 export const Attach = Schema.Struct({
   connectionId: Schema.String,
   user: Schema.String,
-  clientConn: Schema.String,
-  clientEdge: Schema.String
+  clientConn: Schema.String
 })
 export type Attach = typeof Attach.Type
 

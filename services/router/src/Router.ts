@@ -506,7 +506,7 @@ export const make = Effect.gen(function*() {
           const ext = record.value.value
           const connectionId = `conn-${randomUUID()}`
           const answer = yield* bus
-            .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), attachCodec.encode({ connectionId, user: owner, clientConn: conn.id, clientEdge: conn.edge }), {
+            .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), attachCodec.encode({ connectionId, user: owner, clientConn: conn.id }), {
               headers: Actors.peerHeaders(Proxy.PeerKind.attach),
               timeout: "5 seconds"
             })
@@ -532,8 +532,7 @@ export const make = Effect.gen(function*() {
               extensionId,
               extensionConn: ext.conn,
               extensionEdge: ext.edge,
-              clientConn: conn.id,
-              clientEdge: conn.edge
+              clientConn: conn.id
             })
             .pipe(warnIfFails(`could not record ${connectionId}; a replica that adopts either socket will not know it`))
           yield* remember(conn, { role: "client", user: owner, connectionId })
