@@ -91,16 +91,6 @@ const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHear
 const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
 const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
 
-const STATUS_TEXT: Record<number, string> = {
-  400: "Bad Request",
-  401: "Unauthorized",
-  403: "Forbidden",
-  404: "Not Found",
-  429: "Too Many Requests",
-  500: "Internal Server Error",
-  503: "Service Unavailable"
-}
-
 /**
  * Targets without a query, parsed once each: a handful of paths (`/hub`) take nearly every
  * request, and `new URL` cost 6% of the server's CPU at 1×1 over Streamable HTTP. Shared, so never
@@ -176,7 +166,7 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
   if (!socket.writable) return socket.destroy()
   const body = `${message}\n`
   socket.end(
-    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
+    `HTTP/1.1 ${status} ${Http.STATUS_CODES[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
   )
   setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref()
