@@ -4,6 +4,7 @@
  * 2025-06-18 over WebSocket (`shared/specs/mcp-websocket-transport.md`).
  */
 import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { isRecord } from "./JsonRpc.ts"
 
@@ -26,19 +27,25 @@ export const ProtocolVersions = ["2025-06-18", "2025-03-26", "2024-11-05"] as co
  */
 export const HttpProtocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26"] as const
 
-/** An MCP `Tool` as a page declares it; unknown fields are dropped. */
-export const Tool = Schema.Struct({
-  name: Schema.String,
-  title: Schema.optional(Schema.String),
-  description: Schema.optional(Schema.String),
-  inputSchema: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
-  outputSchema: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
-  annotations: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
-})
-export type Tool = typeof Tool.Type
-
 /** MCP caps tool names at 128 characters; a page's own tool name may be no longer. */
 export const MaxToolName = 128
+
+/** A JSON object: not an array, not null. */
+const JsonObject = Schema.declare(isRecord, { identifier: "JsonObject" })
+
+/**
+ * An MCP `Tool` as a page declares it; unknown fields are dropped. The fields are checked in the
+ * order they are declared, and the first that fails is the reason (`validateTool`).
+ */
+export const Tool = Schema.Struct({
+  name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(MaxToolName)),
+  inputSchema: JsonObject.pipe(Schema.filter((schema) => schema["type"] === "object")),
+  title: Schema.optional(Schema.String),
+  description: Schema.optional(Schema.String),
+  outputSchema: Schema.optional(JsonObject),
+  annotations: Schema.optional(JsonObject)
+})
+export type Tool = typeof Tool.Type
 
 /** Why a tool from a page was not registered; `kind` groups reasons for a summary. */
 export interface ToolRejection {
@@ -76,32 +83,40 @@ export const utf8Length = (s: string): number => {
  */
 export const validateTool = (u: unknown, maxBytes = Number.POSITIVE_INFINITY): Either.Either<Tool, ToolRejection> => {
   if (!isRecord(u)) return Either.left(rejectTool("not-an-object", undefined, "a tool must be an object"))
-  const name = u["name"]
-  if (typeof name !== "string" || name.length === 0) return Either.left(rejectTool("no-name", undefined, "a tool needs a non-empty string name"))
-  if (name.length > MaxToolName) return Either.left(rejectTool("long-name", name, `the name is longer than ${MaxToolName} characters`))
-  const schema = u["inputSchema"]
-  if (!isRecord(schema) || schema["type"] !== "object") {
-    return Either.left(rejectTool("input-schema", name, `inputSchema must be a JSON Schema with type "object"`))
+  const decoded = decodeTool(u)
+  const name = typeof u["name"] === "string" && u["name"].length > 0 ? u["name"] : undefined
+  if (Either.isLeft(decoded)) {
+    const field = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]?.path[0]
+    return Either.left(fieldRejection(typeof field === "string" ? field : "", name))
   }
-  for (const field of ["title", "description"] as const) {
-    if (u[field] !== undefined && typeof u[field] !== "string") return Either.left(rejectTool("field-type", name, `${field} must be a string`))
-  }
-  for (const field of ["outputSchema", "annotations"] as const) {
-    if (u[field] !== undefined && !isRecord(u[field])) return Either.left(rejectTool("field-type", name, `${field} must be an object`))
-  }
-  const tool: { -readonly [K in keyof Tool]: Tool[K] } = { name, inputSchema: schema }
-  if (typeof u["title"] === "string") tool.title = u["title"]
-  if (typeof u["description"] === "string") tool.description = u["description"]
-  if (isRecord(u["outputSchema"])) tool.outputSchema = u["outputSchema"]
-  if (isRecord(u["annotations"])) tool.annotations = u["annotations"]
+  const tool = decoded.right
   if (Number.isFinite(maxBytes)) {
     // The frame it came in was depth-checked, so this cannot recurse too deep.
     const bytes = utf8Length(JSON.stringify(tool))
     if (bytes > maxBytes) {
-      return Either.left(rejectTool("too-large", name, `${bytes} bytes of JSON, over the limit of ${maxBytes} bytes per tool`))
+      return Either.left(rejectTool("too-large", tool.name, `${bytes} bytes of JSON, over the limit of ${maxBytes} bytes per tool`))
     }
   }
   return Either.right(tool)
+}
+
+const decodeTool = Schema.decodeUnknownEither(Tool)
+
+/** Why the `Tool` Schema refused a tool, from the first field it refused. */
+const fieldRejection = (field: string, name: string | undefined): ToolRejection => {
+  switch (field) {
+    case "name":
+      return name === undefined
+        ? rejectTool("no-name", undefined, "a tool needs a non-empty string name")
+        : rejectTool("long-name", name, `the name is longer than ${MaxToolName} characters`)
+    case "inputSchema":
+      return rejectTool("input-schema", name, `inputSchema must be a JSON Schema with type "object"`)
+    case "title":
+    case "description":
+      return rejectTool("field-type", name, `${field} must be a string`)
+    default:
+      return rejectTool("field-type", name, `${field} must be an object`)
+  }
 }
 
 /** `annotations.cache === true`: the tool outlives its tab, under a domain-level name. */

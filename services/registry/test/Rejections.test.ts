@@ -42,4 +42,26 @@ describe("tool rejections", () => {
     expect(Either.isLeft(big) && big.left).toMatchObject({ kind: "too-large", reason: 'tool "t": 141 bytes of JSON, over the limit of 100 bytes per tool' })
     expect(Registry.utf8Length("aé€😀")).toBe(Buffer.byteLength("aé€😀"))
   })
+
+  it("gives each malformed tool the reason of the first field that is wrong, and keeps only known fields", () => {
+    const reason = (u: unknown) => Either.match(Registry.validateTool(u), { onLeft: (r) => `${r.kind}: ${r.reason}`, onRight: () => "accepted" })
+    const ok = { name: "t", inputSchema: { type: "object" } }
+    expect(reason("t")).toBe("not-an-object: a tool must be an object")
+    expect(reason([ok])).toBe("not-an-object: a tool must be an object")
+    expect(reason({ inputSchema: { type: "object" } })).toBe("no-name: a tool needs a non-empty string name")
+    expect(reason({ ...ok, name: "" })).toBe("no-name: a tool needs a non-empty string name")
+    expect(reason({ ...ok, name: 7 })).toBe("no-name: a tool needs a non-empty string name")
+    expect(reason({ ...ok, name: "n".repeat(129) })).toMatch(/^long-name: tool "n{40}"…: the name is longer than 128 characters$/)
+    expect(reason({ name: "t" })).toBe('input-schema: tool "t": inputSchema must be a JSON Schema with type "object"')
+    expect(reason({ name: "t", inputSchema: [] })).toBe('input-schema: tool "t": inputSchema must be a JSON Schema with type "object"')
+    // inputSchema is checked before the other fields, whatever order the page wrote them in.
+    expect(reason({ title: 1, name: "t", inputSchema: { type: "string" } })).toBe('input-schema: tool "t": inputSchema must be a JSON Schema with type "object"')
+    expect(reason({ ...ok, title: 1 })).toBe('field-type: tool "t": title must be a string')
+    expect(reason({ ...ok, description: null })).toBe('field-type: tool "t": description must be a string')
+    expect(reason({ ...ok, outputSchema: "x" })).toBe('field-type: tool "t": outputSchema must be an object')
+    expect(reason({ ...ok, annotations: [] })).toBe('field-type: tool "t": annotations must be an object')
+    expect(Registry.validateTool({ ...ok, title: "T", extra: { big: true }, annotations: { cache: true } })).toEqual(
+      Either.right({ name: "t", inputSchema: { type: "object" }, title: "T", annotations: { cache: true } })
+    )
+  })
 })
