@@ -374,14 +374,18 @@ export const make = Effect.gen(function*() {
       // The topic is ours from here: whatever is in its history after the last sequence anyone sent
       // out (a predecessor that died, or let go) is sent out now, then each new envelope. A recorded
       // sequence past the history's end is from a history since removed.
-      const next = yield* history.nextSeq
-      const recorded = Option.flatMap(yield* claims.get(Subjects.Key.topicDelivered(topic)), (e) => {
+      // (Round trips side by side: the first join of a topic waits for them.)
+      const [next, found] = yield* Effect.all([history.nextSeq, claims.get(Subjects.Key.topicDelivered(topic))], { concurrency: 2 })
+      const recorded = Option.flatMap(found, (e) => {
         const seq = Number(decoder.decode(e.value))
         return Number.isSafeInteger(seq) && seq >= 0 && seq < next ? Option.some(seq) : Option.none()
       })
       state.delivered = state.recorded = Option.getOrElse(recorded, () => next - 1)
-      if (Option.isNone(recorded)) yield* claims.put(Subjects.Key.topicDelivered(topic), String(state.recorded))
-      yield* history.follow(Subjects.historyKey(topic), { from: state.delivered + 1 }, onEntry(state)).pipe(Scope.extend(subscription))
+      yield* Effect.all([
+        // Recorded at once, so a successor after an early crash replays from here, not from its own start.
+        Option.isNone(recorded) ? claims.put(Subjects.Key.topicDelivered(topic), String(state.recorded)) : Effect.void,
+        history.follow(Subjects.historyKey(topic), { from: state.delivered + 1 }, onEntry(state)).pipe(Scope.extend(subscription))
+      ], { concurrency: 2, discard: true })
       owner = true
       sequenced.set(topic, state)
       for (const m of early) handle(m)
