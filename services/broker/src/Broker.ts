@@ -108,6 +108,9 @@ export const make = Effect.gen(function*() {
     topicIdle: yield* BrokerConfig.topicIdle,
     replicaHeartbeat: yield* BrokerConfig.replicaHeartbeat
   }
+  if (Option.isSome(yield* BrokerConfig.removedHistoryBytes)) {
+    yield* Effect.logWarning("MCPX_HISTORY_BYTES is no longer used: MCPX_HISTORY_LIMIT bounds each topic's history, MCPX_HISTORY_TOTAL_BYTES all of them")
+  }
   const history = yield* (yield* Journal.Journal).open(config.history)
   const claims = yield* kv.bucket(Subjects.Bucket.topics)
   const replicas = yield* kv.bucket(Subjects.Bucket.replicas)

@@ -38,6 +38,11 @@ export const historyRetry = Settings.duration(
   "How long an envelope that cannot be stored is retried before its sender gets a not_stored error"
 )
 
+/** Set by deployments from before the one history stream; read only to say it does nothing now. */
+export const removedHistoryBytes = Config.option(Config.string("MCPX_HISTORY_BYTES")).pipe(
+  Config.withDescription("Removed: a topic's history is bounded by MCPX_HISTORY_LIMIT, all topics' by MCPX_HISTORY_TOTAL_BYTES")
+)
+
 /**
  * The one journal that holds every topic's history, a key per topic. A topic's own bytes are
  * bounded by MCPX_HISTORY_LIMIT × MCPX_MAX_ENVELOPE, and all topics' by MCPX_HISTORY_TOTAL_BYTES:
