@@ -5,7 +5,7 @@
  * about the broker's logic.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Broker, BrokerConfig } from "@switchboard/broker"
+import { Broker } from "@switchboard/broker"
 import { Journal, Kv, Subjects } from "@switchboard/bus"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -81,12 +81,13 @@ describe("hostile MCPx: deep nesting", () => {
   it.scopedLive("skips a stored history entry it cannot decode instead of failing the read", () =>
     Effect.gen(function*() {
       const { http, journal } = yield* start()
-      // An entry stored before depth was limited, written straight into the topic's journal.
-      const log = yield* journal.open({ name: BrokerConfig.historyName("poisoned"), maxMessages: 100, maxAge: "1 hour", maxBytes: 1 << 20 })
+      // An entry stored before depth was limited, written straight into the topic's history.
+      const log = yield* journal.open({ name: Subjects.JournalName.history, maxMessagesPerKey: 100, maxAge: "1 hour", maxBytes: 1 << 20, retryFor: "1 minute" })
       const good = (text: string) => ({ protocol: PROTOCOL, id: text, ts: "2025-08-26T14:00:00Z", from: "alice", kind: "chat", payload: { text } })
-      log.append(JSON.stringify(good("first")))
-      log.append(deepEnvelope("mallory", 100_000))
-      log.append(JSON.stringify(good("last")))
+      const key = Subjects.historyKey("poisoned")
+      log.append(key, JSON.stringify(good("first")))
+      log.append(key, deepEnvelope("mallory", 100_000))
+      log.append(key, JSON.stringify(good("last")))
 
       const page = yield* historyOf(http, "poisoned")
       expect(page.status).toBe(200)
@@ -127,9 +128,9 @@ describe("hostile MCPx: malformed percent escapes", () => {
 })
 
 describe("hostile MCPx: history memory", () => {
-  it.scopedLive("keeps each topic's history within MCPX_HISTORY_BYTES and all of them within MCPX_HISTORY_TOTAL_BYTES, oldest dropped first", () =>
+  it.scopedLive("keeps each topic's newest MCPX_HISTORY_LIMIT envelopes and all of them within MCPX_HISTORY_TOTAL_BYTES, oldest dropped first", () =>
     Effect.gen(function*() {
-      const { http, ws } = yield* start({ MCPX_HISTORY_BYTES: "12000", MCPX_HISTORY_TOTAL_BYTES: "20000" })
+      const { http, ws } = yield* start({ MCPX_HISTORY_LIMIT: "12", MCPX_HISTORY_TOTAL_BYTES: "20000" })
       /** Sends `count` chats of about a kilobyte each to `topic`, and waits until they are in. */
       const fill = (topic: string, count: number) =>
         Effect.gen(function*() {
@@ -145,10 +146,9 @@ describe("hostile MCPx: history memory", () => {
       const b = yield* historyOf(http, "newer")
       const bytes = (es: ReadonlyArray<Envelope>) => es.reduce((sum, e) => sum + Buffer.byteLength(JSON.stringify(e)), 0)
 
-      // Each keeps its newest run; the newer topic is cut by its own limit, the older one by the total.
+      // Each keeps its newest run; the newer topic is cut by its own count, the older one by the total.
       expect(b.envelopes.map((e) => e.id)).toEqual(newer.slice(newer.length - b.envelopes.length))
-      expect(b.envelopes.length).toBeLessThan(15)
-      expect(bytes(b.envelopes)).toBeLessThanOrEqual(12_000)
+      expect(b.envelopes.length).toBe(12)
       expect(a.envelopes.map((e) => e.id)).toEqual(older.slice(older.length - a.envelopes.length))
       expect(a.envelopes.length).toBeLessThan(10)
       expect(bytes(a.envelopes) + bytes(b.envelopes)).toBeLessThanOrEqual(20_000)

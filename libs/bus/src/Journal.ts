@@ -1,35 +1,48 @@
 /**
- * The journal port: an append-only log per name with bounded retention (a JetStream stream on
- * NATS), read back newest-last. MCPx keeps each topic's history in one.
+ * The journal port: one append-only log (a single JetStream stream on NATS) holding many keys, each
+ * with its own bounded retention, read back newest-last and followed as it grows. MCPx keeps every
+ * topic's history in one, a key per topic: a stream per topic would be a raft group per topic.
  */
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
-import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import type { BusError } from "./Bus.ts"
 
 export interface JournalSpec {
   /** `[A-Za-z0-9_-]` only; the adapter namespaces it. */
   readonly name: string
-  /** Oldest entries are dropped beyond this many. */
-  readonly maxMessages: number
+  /** Per key: its oldest entries are dropped beyond this many (JetStream's `max_msgs_per_subject`). */
+  readonly maxMessagesPerKey: number
   /** Entries older than this are dropped. */
   readonly maxAge: Duration.DurationInput
-  /** Oldest entries are dropped while the journal holds more bytes than this. */
+  /**
+   * What all keys together may hold; the oldest entries of any key are dropped beyond it. JetStream
+   * has no byte limit per subject, so a key's own bytes are bounded only by `maxMessagesPerKey`
+   * times the largest entry the caller accepts.
+   */
   readonly maxBytes: number
   /**
-   * What all journals of an adapter that keeps them in its own memory (the embedded one) may hold
-   * together; the oldest entries of any journal are dropped beyond it, and the smallest budget any
-   * opener gave applies. JetStream ignores it: a total across streams is the account's limits.
+   * How long an append that cannot be stored is retried before it is given up and its `lost`
+   * callback told why.
    */
-  readonly totalBytes?: number
+  readonly retryFor: Duration.DurationInput
 }
 
 export interface JournalEntry {
+  /** The journal's sequence: increasing across all keys, so a key's entries have gaps. */
   readonly seq: number
   readonly data: Uint8Array
   /** Epoch milliseconds when it was stored. */
   readonly at: number
+  /** The W3C trace context the appender gave, so a follower's span continues the trace. */
+  readonly traceparent?: string | undefined
+}
+
+export interface AppendOptions {
+  /** Told why, once, if the entry is given up unstored (NATS only: the embedded journal stores at once). */
+  readonly lost?: (why: string) => void
+  readonly traceparent?: string | undefined
 }
 
 export interface ReadOptions {
@@ -39,21 +52,36 @@ export interface ReadOptions {
   readonly before?: number
 }
 
-export interface JournalHandle {
-  /** Appends without waiting; appends from one caller keep their order. */
-  readonly append: (data: Uint8Array | string) => void
+export interface FollowOptions {
+  /** The first sequence to deliver; unset: only entries appended after `follow` returns. */
+  readonly from?: number
+}
+
+export interface JournalLog {
+  /**
+   * Appends without waiting; appends from one caller keep their order (except across a failure,
+   * when a retried entry lands after later ones). An append that is still not stored after the
+   * spec's `retryFor` is dropped and reported to `options.lost`.
+   */
+  readonly append: (key: string, data: Uint8Array | string, options?: AppendOptions) => void
   /** Oldest first. */
-  readonly read: (options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalEntry>, BusError>
+  readonly read: (key: string, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalEntry>, BusError>
+  /**
+   * Calls `onEntry` with every entry of `key` from `options.from` on, in sequence order, as they are
+   * stored, until the scope closes. It returns once following has begun.
+   */
+  readonly follow: (
+    key: string,
+    options: FollowOptions,
+    onEntry: (entry: JournalEntry) => void
+  ) => Effect.Effect<void, BusError, Scope.Scope>
+  /** The sequence the next entry of any key will get at least (for a follower's `from`). */
+  readonly nextSeq: Effect.Effect<number, BusError>
 }
 
 export interface JournalShape {
-  /** Opens a journal, creating it when missing. */
-  readonly open: (spec: JournalSpec) => Effect.Effect<JournalHandle, BusError>
-  /**
-   * Opens a journal only if it exists: a reader must not create one per name it is asked about
-   * (a stream each, on NATS).
-   */
-  readonly find: (name: string) => Effect.Effect<Option.Option<JournalHandle>, BusError>
+  /** Opens a journal, creating it when missing, or updating its limits to the spec's. */
+  readonly open: (spec: JournalSpec) => Effect.Effect<JournalLog, BusError>
 }
 
 export class Journal extends Context.Tag("@switchboard/bus/Journal")<Journal, JournalShape>() {}

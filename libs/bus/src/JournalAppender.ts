@@ -11,6 +11,7 @@
  * An entry retried after a later one was stored lands after it: order holds except across a failure.
  */
 import type { JetStreamClient } from "@nats-io/jetstream"
+import type { MsgHdrs } from "@nats-io/transport-node"
 import { randomBytes } from "node:crypto"
 
 export interface AppenderOptions {
@@ -24,12 +25,15 @@ export interface AppenderOptions {
 
 interface Entry {
   readonly id: string
+  readonly subject: string
   readonly data: Uint8Array | string
+  readonly lost: ((why: string) => void) | undefined
+  readonly headers: MsgHdrs | undefined
   readonly at: number
   acked: boolean
 }
 
-export const appender = (js: JetStreamClient, subject: string, options: AppenderOptions) => {
+export const appender = (js: JetStreamClient, options: AppenderOptions) => {
   // Ids unique across processes and restarts, for the stream's duplicate detection.
   const prefix = randomBytes(6).toString("base64url")
   let seq = 0
@@ -45,7 +49,7 @@ export const appender = (js: JetStreamClient, subject: string, options: Appender
   }
 
   const send = (e: Entry) =>
-    js.publish(subject, e.data, { msgID: e.id, timeout: options.timeoutMillis }).then(
+    js.publish(e.subject, e.data, e.headers === undefined ? { msgID: e.id, timeout: options.timeoutMillis } : { msgID: e.id, timeout: options.timeoutMillis, headers: e.headers }).then(
       () => {
         e.acked = true
         if (pending[0] === e) trim()
@@ -57,6 +61,13 @@ export const appender = (js: JetStreamClient, subject: string, options: Appender
       }
     )
 
+  const dropUnstored = (entries: ReadonlyArray<Entry>, why: string) => {
+    const lost = entries.filter((e) => !e.acked)
+    if (lost.length === 0) return
+    options.lost(lost.length, why)
+    for (const e of lost) e.lost?.(why)
+  }
+
   const resend = () => {
     retry = undefined
     trim()
@@ -64,21 +75,20 @@ export const appender = (js: JetStreamClient, subject: string, options: Appender
     const expired = pending.findIndex((e) => e.at >= cutoff)
     const drop = expired < 0 ? pending.length : expired
     if (drop > 0) {
-      options.lost(pending.slice(0, drop).filter((e) => !e.acked).length, `not stored within ${options.giveUpAfterMillis} ms (${lastError})`)
+      dropUnstored(pending.slice(0, drop), `not stored within ${options.giveUpAfterMillis} ms (${lastError})`)
       pending = pending.slice(drop)
     }
     for (const e of pending) if (!e.acked) void send(e)
   }
 
-  return (data: Uint8Array | string): void => {
+  return (subject: string, data: Uint8Array | string, lost?: (why: string) => void, headers?: MsgHdrs): void => {
     if (pending.length >= options.maxPending) {
       trim()
       if (pending.length >= options.maxPending) {
-        const oldest = pending.shift()!
-        if (!oldest.acked) options.lost(1, `more than ${options.maxPending} appends waiting to be stored (${lastError})`)
+        dropUnstored(pending.splice(0, 1), `more than ${options.maxPending} appends waiting to be stored (${lastError})`)
       }
     }
-    const e: Entry = { id: `${prefix}.${++seq}`, data, at: Date.now(), acked: false }
+    const e: Entry = { id: `${prefix}.${++seq}`, subject, data, lost, headers, at: Date.now(), acked: false }
     pending.push(e)
     void send(e)
   }

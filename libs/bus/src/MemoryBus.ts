@@ -24,7 +24,7 @@ import {
   subjectMatches,
   toBytes
 } from "./Bus.ts"
-import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
+import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 
 interface Subscriber {
@@ -305,15 +305,6 @@ export const makeKv = (): KvShape => {
   }
 }
 
-/** What the embedded journals hold together when no opener gives a budget. */
-const DEFAULT_TOTAL_BYTES = 64 * 1024 * 1024
-
-/** One embedded journal: its entries oldest first, and their size. */
-interface Log {
-  readonly entries: Array<JournalEntry>
-  bytes: number
-}
-
 const journalEncoder = new TextEncoder()
 /**
  * Entries are kept for hours, so each gets bytes of its own: a view into Node's shared pool (what
@@ -322,83 +313,106 @@ const journalEncoder = new TextEncoder()
 const ownBytes = (data: Uint8Array | string): Uint8Array =>
   typeof data === "string" ? journalEncoder.encode(data) : data.byteLength === data.buffer.byteLength ? data : new Uint8Array(data)
 
+/** One key of an embedded journal: its entries oldest first, and who follows it. */
+interface Key {
+  readonly entries: Array<JournalEntry>
+  readonly followers: Set<(entry: JournalEntry) => void>
+}
+
 /**
- * Journals in this process's memory, bounded each by count, bytes and age, and all together by a
- * byte budget: past it, the oldest entry of any journal goes first, so one busy or abandoned
- * topic cannot hold memory that newer ones need.
+ * A journal in this process's memory with JetStream's semantics: one sequence across its keys, a
+ * count limit per key, an age limit, and a byte budget for all keys together (past it, the oldest
+ * entry of any key goes first, so one busy or abandoned topic cannot hold memory newer ones need).
+ * Appends are stored at once, so none is ever lost; followers hear of them in a later microtask,
+ * as a subscriber would, never inside `append`.
  */
-export const makeJournal = (): JournalShape => {
-  const journals = new Map<string, JournalHandle>()
-  /**
-   * Every entry in append order across journals, for the budget to find the oldest. An entry its
-   * own journal already dropped stays here until it reaches the front or the array is compacted:
-   * by sequence number, never by reference, so that its bytes are freed at once.
-   */
-  let order: Array<{ readonly log: Log; readonly seq: number }> = []
+const makeLog = (spec: JournalSpec): JournalLog => {
+  const keys = new Map<string, Key>()
+  /** Every entry in sequence order across keys, for the budget and the age limit to find the oldest. */
+  let order: Array<{ readonly key: Key; readonly entry: JournalEntry }> = []
   let orderHead = 0
+  let seq = 0
   let total = 0
   let stored = 0
-  let budget: number | undefined
+  const maxAge = Duration.toMillis(Duration.decode(spec.maxAge))
 
-  const dropOldest = (log: Log) => {
-    const entry = log.entries.shift()
+  const keyOf = (name: string) => {
+    let key = keys.get(name)
+    if (key === undefined) {
+      key = { entries: [], followers: new Set() }
+      keys.set(name, key)
+    }
+    return key
+  }
+  const dropFirst = (key: Key) => {
+    const entry = key.entries.shift()
     if (entry === undefined) return
-    log.bytes -= entry.data.byteLength
     total -= entry.data.byteLength
     stored--
   }
-  const isStored = (log: Log, seq: number) => {
-    const first = log.entries[0]
-    return first !== undefined && seq >= first.seq
-  }
-  const enforceBudget = () => {
-    const limit = budget ?? DEFAULT_TOTAL_BYTES
-    while (total > limit && orderHead < order.length) {
-      const { log, seq } = order[orderHead++]!
-      if (log.entries[0]?.seq === seq) dropOldest(log)
+  const enforceLimits = (now: number) => {
+    while (orderHead < order.length) {
+      const { entry, key } = order[orderHead]!
+      if (key.entries[0] !== entry) {
+        orderHead++ // already dropped by its key's count limit
+        continue
+      }
+      if (total <= spec.maxBytes && entry.at >= now - maxAge) break
+      dropFirst(key)
+      orderHead++
     }
     // Stale references are dropped in bulk, so the index costs at most about twice what is stored.
     if (order.length - orderHead > 2 * stored + 1024) {
-      order = order.slice(orderHead).filter(({ log, seq }) => isStored(log, seq))
+      order = order.slice(orderHead).filter(({ entry, key }) => key.entries.length > 0 && entry.seq >= key.entries[0]!.seq)
       orderHead = 0
     }
   }
 
   return {
+    append: (name, data, options) => {
+      const key = keyOf(name)
+      const entry: JournalEntry = { seq: ++seq, data: ownBytes(data), at: Date.now(), traceparent: options?.traceparent }
+      key.entries.push(entry)
+      total += entry.data.byteLength
+      stored++
+      order.push({ key, entry })
+      while (key.entries.length > spec.maxMessagesPerKey) dropFirst(key)
+      enforceLimits(entry.at)
+      for (const follower of key.followers) queueMicrotask(() => follower(entry))
+    },
+    read: (name, { before, limit }) =>
+      Effect.sync(() => {
+        enforceLimits(Date.now())
+        const entries = keys.get(name)?.entries ?? []
+        const kept = before === undefined ? entries : entries.filter((e) => e.seq < before)
+        return kept.slice(Math.max(0, kept.length - limit))
+      }),
+    follow: (name, options, onEntry) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          const key = keyOf(name)
+          const from = options.from ?? seq + 1
+          for (const entry of key.entries) if (entry.seq >= from) queueMicrotask(() => onEntry(entry))
+          key.followers.add(onEntry)
+          return key
+        }),
+        (key) => Effect.sync(() => key.followers.delete(onEntry))
+      ).pipe(Effect.asVoid),
+    nextSeq: Effect.sync(() => seq + 1)
+  }
+}
+
+export const makeJournal = (): JournalShape => {
+  const logs = new Map<string, JournalLog>()
+  return {
     open: (spec) =>
       Effect.sync(() => {
-        if (spec.totalBytes !== undefined) budget = Math.min(budget ?? spec.totalBytes, spec.totalBytes)
-        const existing = journals.get(spec.name)
+        const existing = logs.get(spec.name)
         if (existing) return existing
-        const log: Log = { entries: [], bytes: 0 }
-        let seq = 0
-        const maxAge = Duration.toMillis(Duration.decode(spec.maxAge))
-        const dropExpired = (now: number) => {
-          while (log.entries.length > 0 && log.entries[0]!.at < now - maxAge) dropOldest(log)
-        }
-        const handle: JournalHandle = {
-          append: (data) => {
-            const entry: JournalEntry = { seq: ++seq, data: ownBytes(data), at: Date.now() }
-            log.entries.push(entry)
-            log.bytes += entry.data.byteLength
-            total += entry.data.byteLength
-            stored++
-            order.push({ log, seq: entry.seq })
-            dropExpired(entry.at)
-            while (log.entries.length > spec.maxMessages || log.bytes > spec.maxBytes) dropOldest(log)
-            enforceBudget()
-          },
-          read: ({ before, limit }) =>
-            Effect.sync(() => {
-              dropExpired(Date.now())
-              const kept = before === undefined ? log.entries : log.entries.filter((e) => e.seq < before)
-              return kept.slice(Math.max(0, kept.length - limit))
-            })
-        }
-        journals.set(spec.name, handle)
-        return handle
-      }),
-    find: (name) => Effect.sync(() => Option.fromNullable(journals.get(name)))
+        const log = makeLog(spec)
+        logs.set(spec.name, log)
+        return log
+      })
   }
 }
 

@@ -4,17 +4,20 @@
  * that several deployments (or tests) can share one NATS without seeing each other.
  */
 import {
+  DeliverPolicy,
   DiscardPolicy,
   JetStreamApiCodes,
   JetStreamApiError,
   type JetStreamManager,
   jetstream,
   jetstreamManager,
+  type JsMsg,
   StorageType
 } from "@nats-io/jetstream"
 import { Kvm, KvWatchInclude, type KV, type KvEntry as NatsKvEntry } from "@nats-io/kv"
 import {
   connect,
+  headers as natsHeaders,
   type Msg,
   type MsgHdrs,
   nanos,
@@ -41,10 +44,11 @@ import {
   RequestTimeout,
   toBytes
 } from "./Bus.ts"
-import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
+import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
 import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "./internal/NatsShims.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
+import * as Subjects from "./Subjects.ts"
 
 export interface NatsOptions {
   /** One or more server URLs. */
@@ -348,10 +352,11 @@ export const connection = (options: NatsOptions) =>
   )
 
 /**
- * Journals are JetStream streams with message-count, byte and age limits, oldest dropped first.
- * A total across streams (`JournalSpec.totalBytes`) is not kept here: the streams live in the
- * NATS server, whose account limits (`max_file`/`max_mem` in the account's JetStream settings)
- * bound what all of them hold together.
+ * A journal is one JetStream stream with a subject per key: per-key count (`max_msgs_per_subject`),
+ * age and a total byte limit, oldest dropped first. Appends are acknowledged publishes (see
+ * JournalAppender). A key is read and followed through ordered consumers filtered on its subject:
+ * an ephemeral, unreplicated consumer costs the server far less than a stream (a raft group in a
+ * cluster) per key did.
  */
 export const makeJournal = (
   nc: NatsConnection,
@@ -361,33 +366,77 @@ export const makeJournal = (
   lost: (journal: string, count: number, why: string) => void = () => {}
 ): JournalShape => {
   const js = jetstream(nc)
-  const handle = (m: JetStreamManager, journal: string): JournalHandle => {
-    const name = `${namespace}_${journal}`
-    const subject = `${namespace}.journal.${journal}`
-    const append = appender(js, subject, {
+  const log = (m: JetStreamManager, spec: JournalSpec): JournalLog => {
+    const name = `${namespace}_${spec.name}`
+    const subjectOf = (key: string) => `${namespace}.${Subjects.journalSubject(spec.name, key)}`
+    const append = appender(js, {
       retryAfterMillis: 250,
-      giveUpAfterMillis: 30_000,
+      giveUpAfterMillis: Duration.toMillis(Duration.decode(spec.retryFor)),
       maxPending: 10_000,
       timeoutMillis: 5_000,
-      lost: (count, why) => lost(journal, count, why)
+      lost: (count, why) => lost(spec.name, count, why)
     })
+    const toEntry = (msg: JsMsg): JournalEntry => ({
+      seq: msg.seq,
+      data: msg.data,
+      at: Math.floor(Number(msg.info.timestampNanos) / 1_000_000),
+      traceparent: msg.headers?.get(Subjects.Header.traceparent) || undefined
+    })
+    const nextSeq = async () => (await m.streams.info(name)).state.last_seq + 1
     return {
-      append,
-      read: ({ before, limit }) =>
+      append: (key, data, options) => {
+        let headers: MsgHdrs | undefined
+        if (options?.traceparent !== undefined) {
+          headers = natsHeaders()
+          headers.set(Subjects.Header.traceparent, options.traceparent)
+        }
+        append(subjectOf(key), data, options?.lost, headers)
+      },
+      read: (key, { before, limit }) =>
         Effect.tryPromise({
           try: async () => {
-            const { state } = await m.streams.info(name)
-            const last = before === undefined ? state.last_seq : Math.min(before - 1, state.last_seq)
-            const first = Math.max(state.first_seq, last - limit + 1)
+            const subject = subjectOf(key)
+            const { state } = await m.streams.info(name, { subjects_filter: subject })
+            const stored = state.subjects?.[subject] ?? 0
+            if (stored === 0) return []
+            // A key holds at most `maxMessagesPerKey` entries, so reading it from its start is
+            // bounded; JetStream has no backwards read by subject.
+            const consumer = await js.consumers.get(name, { filter_subjects: subject, deliver_policy: DeliverPolicy.All })
+            const messages = await consumer.fetch({ max_messages: stored, expires: 5_000 })
             const out: Array<JournalEntry> = []
-            for (let seq = first; seq <= last && seq > 0; seq++) {
-              const msg = await m.streams.getMessage(name, { seq }).catch(() => null)
-              if (msg !== null) out.push({ seq: msg.seq, data: msg.data, at: msg.time.getTime() })
+            try {
+              for await (const msg of messages) {
+                if (before !== undefined && msg.seq >= before) break
+                out.push(toEntry(msg))
+                if (out.length > limit) out.shift()
+                if (msg.info.pending === 0) break
+              }
+            } finally {
+              await messages.close()
             }
             return out
           },
-          catch: busError("Kv", `read journal ${journal}`)
-        })
+          catch: busError("Kv", `read ${key} from journal ${spec.name}`)
+        }),
+      follow: (key, options, onEntry) =>
+        Effect.acquireRelease(
+          Effect.tryPromise({
+            try: async () => {
+              const from = options.from ?? (await nextSeq())
+              const consumer = await js.consumers.get(name, {
+                filter_subjects: subjectOf(key),
+                deliver_policy: DeliverPolicy.StartSequence,
+                opt_start_seq: Math.max(1, from)
+              })
+              // An ordered consumer re-creates itself after a gap or a lost heartbeat (a stream
+              // leader moving), from the last sequence it delivered: nothing is skipped or repeated.
+              return consumer.consume({ callback: (msg) => onEntry(toEntry(msg)) })
+            },
+            catch: busError("Kv", `follow ${key} in journal ${spec.name}`)
+          }),
+          (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
+        ).pipe(Effect.asVoid),
+      nextSeq: Effect.tryPromise({ try: nextSeq, catch: busError("Kv", `journal ${spec.name}`) })
     }
   }
   return {
@@ -396,12 +445,15 @@ export const makeJournal = (
         try: async () => {
           const name = `${namespace}_${spec.name}`
           const m = await jsm()
+          const maxAge = Duration.toMillis(Duration.decode(spec.maxAge))
           const config = {
             name,
-            subjects: [`${namespace}.journal.${spec.name}`],
-            max_msgs: spec.maxMessages,
+            subjects: [`${namespace}.${Subjects.journalSubject(spec.name, "*")}`],
+            max_msgs_per_subject: spec.maxMessagesPerKey,
             max_bytes: spec.maxBytes,
-            max_age: nanos(Duration.toMillis(Duration.decode(spec.maxAge))),
+            max_age: nanos(maxAge),
+            // Retried appends are recognised by their id for this long; it may not exceed max_age.
+            duplicate_window: nanos(Math.min(maxAge, 2 * 60_000)),
             storage: StorageType.File,
             discard: DiscardPolicy.Old,
             num_replicas: replicas
@@ -409,26 +461,11 @@ export const makeJournal = (
           await m.streams.add(config).catch(async (e: unknown) => {
             if (!(e instanceof Error && /already in use/i.test(e.message))) throw e
             const { config: existing } = await m.streams.info(name)
-            return m.streams.update(name, { ...config, num_replicas: Math.max(existing.num_replicas, replicas) })
+            return m.streams.update(name, { ...existing, ...config, num_replicas: Math.max(existing.num_replicas, replicas) })
           })
-          return handle(m, spec.name)
+          return log(m, spec)
         },
         catch: busError("Kv", `open journal ${spec.name}`)
-      }),
-    find: (journal) =>
-      Effect.tryPromise({
-        try: async () => {
-          const m = await jsm()
-          const found = await m.streams.info(`${namespace}_${journal}`).then(
-            () => true,
-            (e: unknown) => {
-              if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) return false
-              throw e
-            }
-          )
-          return found ? Option.some(handle(m, journal)) : Option.none()
-        },
-        catch: busError("Kv", `find journal ${journal}`)
       })
   }
 }

@@ -62,6 +62,16 @@ export const conn = (service: ServiceName, connId: ConnId): string => `${service
 export const edgeOut = (edgeId: EdgeId): string => `edge.${edgeId}.out`
 /** One MCPx topic's sequencer: every accepted envelope, join and leave of the topic, in order. */
 export const topic = (name: string): string => `broker.topic.${tokenOf(name)}`
+/**
+ * Journals, each one log (one JetStream stream, `<namespace>_<name>`) with a key per thing it
+ * records. MCPx history: one journal, a key per topic.
+ */
+export const JournalName = { history: "history" } as const
+/** A journal key for a topic's history (a user's name, encoded as subjects are). */
+export const historyKey = (topic: string): string => tokenOf(topic)
+/** The subject that holds one key of a journal; every key of `journal` matches `journalSubject(journal, "*")`. */
+export const journalSubject = (journal: string, key: string): string => `journal.${journal}.${key}`
+
 /** Plain HTTP requests the edge routes to a service (request/reply, the service's queue group). */
 export const http = (service: ServiceName): string => `${service}.http`
 /** Token verification (request/reply, queue group `auth`). */
@@ -117,6 +127,11 @@ export const Key = {
   proxyConnection: (connectionId: string): string => connectionId,
   session: (connId: ConnId): string => connId,
   topic: (name: string): string => tokenOf(name),
+  /**
+   * The last history sequence a topic's sequencer sent out (in the topics bucket, next to the
+   * claim): whoever sequences the topic next replays the history from there.
+   */
+  topicDelivered: (name: string): string => `${tokenOf(name)}.delivered`,
   members: (topic: string): string => `${tokenOf(topic)}.>`,
   member: (topic: string, participant: string): string => `${tokenOf(topic)}.${tokenOf(participant)}`,
   /** Everything of one user in a registry bucket (tabs or cached tools). */

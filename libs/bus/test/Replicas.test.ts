@@ -15,7 +15,7 @@ import * as Kv from "../src/Kv.ts"
 import * as NatsBus from "../src/NatsBus.ts"
 
 const decoder = new TextDecoder()
-const JOURNAL: Journal.JournalSpec = { name: "history", maxMessages: 100, maxBytes: 1024 * 1024, maxAge: "1 hour" }
+const JOURNAL: Journal.JournalSpec = { name: "history", maxMessagesPerKey: 100, maxBytes: 1024 * 1024, maxAge: "1 hour", retryFor: "30 seconds" }
 
 /** Replicas and leader of a stream, as the server reports them. */
 const streamInfo = (servers: ReadonlyArray<string>, stream: string) =>
@@ -65,9 +65,9 @@ describe("state replicas on a NATS cluster", () => {
       yield* put.pipe(step("put after the scale-up"))
       // Appended at once, while the scaled-up stream may still be electing its leader: each is
       // acknowledged, or sent again until it is.
-      for (let i = 0; i < 3; i++) journal.append(`entry ${i}`)
+      for (let i = 0; i < 3; i++) journal.append("room", `entry ${i}`)
       const stored = (n: number) =>
-        Effect.suspend(() => journal.read({ limit: 20 })).pipe(
+        Effect.suspend(() => journal.read("room", { limit: 20 })).pipe(
           Effect.map((entries) => entries.map((e) => decoder.decode(e.data))),
           Effect.filterOrFail((entries) => entries.length === n, (entries) => new Error(`the journal holds ${entries.length} of ${n} entries`)),
           Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 80 })
@@ -83,7 +83,7 @@ describe("state replicas on a NATS cluster", () => {
       )
       yield* cluster.kill(leader).pipe(step("kill the leader"))
       // Appends while the cluster elects new leaders: none lost, none stored twice.
-      for (let i = 3; i < 6; i++) journal.append(`entry ${i}`)
+      for (let i = 3; i < 6; i++) journal.append("room", `entry ${i}`)
       const retry = { schedule: Schedule.spaced("250 millis"), times: 60 }
       const read = (key: string) => bucket.get(key).pipe(Effect.map(Option.map((e) => decoder.decode(e.value))), Effect.retry(retry))
       expect(yield* read("alice.1").pipe(step("read after the loss"))).toEqual(Option.some("before"))

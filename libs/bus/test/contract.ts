@@ -14,7 +14,7 @@ import * as Stream from "effect/Stream"
 import * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import { Bus, type BusMessage, text } from "../src/Bus.ts"
-import { Journal } from "../src/Journal.ts"
+import { Journal, type JournalSpec } from "../src/Journal.ts"
 import { Kv } from "../src/Kv.ts"
 
 export type MakeLayer<R> = (namespace: string) => Layer.Layer<Bus | Kv | Journal, unknown, R>
@@ -295,72 +295,93 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
 
   describe(`${name} journal contract`, () => {
     run("contract", (it) => {
-      it.scoped("appends in order, reads the newest before a cursor, and keeps only the newest N", () =>
+      const spec = (name: string, limits: Partial<JournalSpec> = {}): JournalSpec => ({
+        name,
+        maxMessagesPerKey: 5,
+        maxAge: "1 hour",
+        maxBytes: 1_000_000,
+        retryFor: "30 seconds",
+        ...limits
+      })
+      const text = (entries: ReadonlyArray<{ readonly data: Uint8Array }>) => entries.map((e) => new TextDecoder().decode(e.data))
+      /** Appends are not awaited: polls (bounded) until `done` holds. */
+      const until = <A>(read: Effect.Effect<A, unknown>, done: (a: A) => boolean) =>
+        read.pipe(
+          Effect.filterOrFail(done, () => new Error("not stored yet")),
+          Effect.retry(Schedule.spaced("20 millis")),
+          Effect.timeout("5 seconds")
+        )
+
+      it.scoped("appends in order, reads a key's newest before a cursor, and keeps only the newest N per key", () =>
         withBus(
           Effect.gen(function*() {
-            const journal = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour", maxBytes: 1_000_000 })
-            expect(yield* journal.read({ limit: 10 })).toEqual([])
-            for (let i = 1; i <= 8; i++) journal.append(`m${i}`)
-            const text = (entries: ReadonlyArray<{ readonly data: Uint8Array }>) => entries.map((e) => new TextDecoder().decode(e.data))
-            // Appends are not awaited: poll until the last one is readable (bounded).
-            const all = yield* journal.read({ limit: 10 }).pipe(
-              Effect.filterOrFail((es) => es.length === 5 && text(es)[4] === "m8", () => new Error("not stored yet")),
-              Effect.retry(Schedule.spaced("20 millis")),
-              Effect.timeout("5 seconds")
-            )
-            expect(text(all)).toEqual(["m4", "m5", "m6", "m7", "m8"])
-            expect(all.map((e) => e.seq)).toEqual([4, 5, 6, 7, 8])
-            expect(all.every((e) => e.at > Date.now() - 60_000)).toBe(true)
-            expect(text(yield* journal.read({ limit: 2 }))).toEqual(["m7", "m8"])
-            expect(text(yield* journal.read({ limit: 2, before: 7 }))).toEqual(["m5", "m6"])
-            expect(text(yield* journal.read({ limit: 10, before: 5 }))).toEqual(["m4"])
+            const journal = yield* (yield* Journal).open(spec("history"))
+            expect(yield* journal.read("a", { limit: 10 })).toEqual([])
+            // Two keys interleaved: each keeps its own newest five, and sequences are the journal's.
+            for (let i = 1; i <= 8; i++) {
+              journal.append("a", `a${i}`)
+              journal.append("b", `b${i}`)
+            }
+            const all = yield* until(journal.read("a", { limit: 10 }), (es) => es.length === 5 && text(es)[4] === "a8")
+            expect(text(all)).toEqual(["a4", "a5", "a6", "a7", "a8"])
+            expect(all.map((e) => e.seq)).toEqual([7, 9, 11, 13, 15])
+            expect(all.every((e) => e.at > Date.now() - 60_000 && e.at <= Date.now())).toBe(true)
+            expect(text(yield* until(journal.read("b", { limit: 10 }), (es) => text(es)[4] === "b8"))).toEqual(["b4", "b5", "b6", "b7", "b8"])
+            expect(text(yield* journal.read("a", { limit: 2 }))).toEqual(["a7", "a8"])
+            expect(text(yield* journal.read("a", { limit: 2, before: 13 }))).toEqual(["a5", "a6"])
+            expect(text(yield* journal.read("a", { limit: 10, before: 9 }))).toEqual(["a4"])
+            expect(yield* journal.read("never", { limit: 10 })).toEqual([])
             // Opening again finds the same journal.
-            const again = yield* (yield* Journal).open({ name: "history_t", maxMessages: 5, maxAge: "1 hour", maxBytes: 1_000_000 })
-            expect(text(yield* again.read({ limit: 1 }))).toEqual(["m8"])
+            const again = yield* (yield* Journal).open(spec("history"))
+            expect(text(yield* again.read("a", { limit: 1 }))).toEqual(["a8"])
+            expect(yield* again.nextSeq).toBe(17)
           })
         ))
 
-      it.scoped("keeps only the newest entries that fit in maxBytes", () =>
+      it.scoped("keeps only the newest entries of all keys that fit in maxBytes", () =>
         withBus(
           Effect.gen(function*() {
-            const journal = yield* (yield* Journal).open({ name: "history_bytes", maxMessages: 1_000, maxAge: "1 hour", maxBytes: 2_000 })
+            const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 1_000, maxBytes: 2_000 }))
             const entry = (i: number) => `${String(i).padStart(3, "0")}${"x".repeat(97)}`
-            for (let i = 1; i <= 50; i++) journal.append(entry(i))
-            const newest = entry(50)
-            const kept = yield* journal.read({ limit: 1_000 }).pipe(
-              Effect.filterOrFail((es) => es.length > 0 && new TextDecoder().decode(es[es.length - 1]!.data) === newest, () => new Error("not stored yet")),
-              Effect.retry(Schedule.spaced(20)),
-              Effect.timeout("5 seconds")
+            for (let i = 1; i <= 50; i++) journal.append(i % 2 === 0 ? "even" : "odd", entry(i))
+            const kept = yield* until(
+              Effect.zipWith(journal.read("odd", { limit: 1_000 }), journal.read("even", { limit: 1_000 }), (odd, even) =>
+                [...odd, ...even].sort((x, y) => x.seq - y.seq)),
+              (es) => es.length > 0 && text(es)[es.length - 1] === entry(50)
             )
-            // 100 bytes each: at most 20 fit (fewer where the adapter counts its own overhead, as
-            // JetStream does with the subject and each append's message-id header), and what is
-            // kept is the newest run.
+            // 100 bytes each: at most 20 fit together (fewer where the adapter counts its own
+            // overhead, as JetStream does with the subject and each append's message-id header),
+            // and what is kept is the newest run across both keys.
             const bytes = kept.reduce((sum, e) => sum + e.data.byteLength, 0)
             expect(bytes).toBeLessThanOrEqual(2_000)
             expect(kept.length).toBeGreaterThanOrEqual(8)
-            expect(kept.map((e) => new TextDecoder().decode(e.data))).toEqual(
-              Array.from({ length: kept.length }, (_, i) => entry(51 - kept.length + i))
-            )
+            expect(text(kept)).toEqual(Array.from({ length: kept.length }, (_, i) => entry(51 - kept.length + i)))
           })
         ))
 
-      it.scoped("finds a journal only once it was opened", () =>
+      it.scoped("follows a key from a sequence: what was stored since, then each new entry, in order", () =>
         withBus(
           Effect.gen(function*() {
-            const journals = yield* Journal
-            expect(Option.isNone(yield* journals.find("history_never"))).toBe(true)
-            const opened = yield* journals.open({ name: "history_found", maxMessages: 10, maxAge: "1 hour", maxBytes: 1_000 })
-            opened.append("kept")
-            const found = yield* journals.find("history_found")
-            if (Option.isNone(found)) return yield* Effect.dieMessage("an opened journal is found")
-            const read = yield* found.value.read({ limit: 10 }).pipe(
-              Effect.filterOrFail((es) => es.length === 1, () => new Error("not stored yet")),
-              Effect.retry(Schedule.spaced(20)),
-              Effect.timeout("5 seconds")
-            )
-            expect(read.map((e) => new TextDecoder().decode(e.data))).toEqual(["kept"])
-            // Looking did not create it.
-            expect(Option.isNone(yield* journals.find("history_never"))).toBe(true)
+            const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 100 }))
+            journal.append("room", "before")
+            journal.append("other", "elsewhere")
+            yield* until(journal.read("room", { limit: 10 }), (es) => es.length === 1)
+            const from = yield* journal.nextSeq
+            journal.append("room", "r1")
+            journal.append("other", "not followed")
+            journal.append("room", "r2")
+            yield* until(journal.read("room", { limit: 10 }), (es) => es.length === 3)
+            const replayed = yield* Queue.unbounded<string>()
+            yield* journal.follow("room", { from }, (e) => void Queue.unsafeOffer(replayed, new TextDecoder().decode(e.data)))
+            // A follower that starts now hears only what is appended from here on.
+            const fresh = yield* Queue.unbounded<string>()
+            yield* journal.follow("room", {}, (e) => void Queue.unsafeOffer(fresh, new TextDecoder().decode(e.data)))
+            journal.append("room", "r3")
+            const takeAll = (q: Queue.Queue<string>, n: number) =>
+              Effect.forEach(Array.from({ length: n }), () => Queue.take(q)).pipe(Effect.timeout("5 seconds"))
+            expect(yield* takeAll(replayed, 3)).toEqual(["r1", "r2", "r3"])
+            expect(yield* takeAll(fresh, 1)).toEqual(["r3"])
+            expect(yield* Queue.size(fresh)).toBe(0)
           })
         ))
     })

@@ -47,7 +47,15 @@ export type Participant = typeof Participant.Type
 export const GATEWAY_PRESENCE_EVENTS: ReadonlySet<unknown> = new Set(["join", "leave"])
 
 /** What the broker's error envelopes say went wrong (`payload.code`). */
-export type ErrorCode = "invalid_envelope" | "spoofed_from" | "duplicate_id" | "forbidden_kind" | "rate_limited" | "too_large"
+export type ErrorCode =
+  | "invalid_envelope"
+  | "spoofed_from"
+  | "duplicate_id"
+  | "forbidden_kind"
+  | "rate_limited"
+  | "too_large"
+  /** Accepted, but the topic's history could not store it in time: nobody received it. */
+  | "not_stored"
 
 /** A participant's membership of a topic (`broker_members`, keyed by topic and participant). */
 export const Member = Schema.Struct({

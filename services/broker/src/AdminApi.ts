@@ -9,7 +9,6 @@ import { type Auth, Edge, Json, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import * as BrokerConfig from "./Config.ts"
@@ -41,7 +40,7 @@ export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
   const auth = yield* AuthClient.AuthClient
   const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
-  const journal = yield* Journal.Journal
+  const journal = yield* (yield* Journal.Journal).open(yield* BrokerConfig.history)
 
   const caller = (request: Edge.HttpRequest) => {
     const m = /^Bearer\s+(.+)$/i.exec(request.authorization ?? "")
@@ -96,9 +95,8 @@ export const make = Effect.gen(function*() {
       const before = query["before"] === undefined ? undefined : Number(query["before"])
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_HISTORY_PAGE) return problem(400, `limit is 1 to ${MAX_HISTORY_PAGE}`)
       if (before !== undefined && (!Number.isInteger(before) || before < 1)) return problem(400, "before is a sequence number from an earlier page")
-      // Found, not opened: reading a topic nobody spoke in must not create a journal for it.
-      const log = yield* journal.find(BrokerConfig.historyName(topic))
-      const entries = Option.isSome(log) ? yield* log.value.read(before === undefined ? { limit } : { limit, before }) : []
+      // A topic nobody spoke in has no entries; it is a subject of the one history, never a stream of its own.
+      const entries = yield* journal.read(Subjects.historyKey(topic), before === undefined ? { limit } : { limit, before })
       // One entry that cannot be read (stored before a limit existed, say) must not cost the page.
       const envelopes: Array<unknown> = []
       for (const entry of entries) {

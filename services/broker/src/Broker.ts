@@ -1,9 +1,11 @@
 /**
  * The MCPx v0.1 topic broker. Each socket is a participant actor: it checks every envelope
- * (shape, `from`, duplicate ids, privilege, size and rate) and hands the accepted ones to its
- * topic's sequencer. One sequencer per topic, claimed in KV, receives the topic's envelopes, joins
- * and leaves on one subject; the order it receives them in is the topic's total order, and it
- * fans each one out with one publish per edge that has members.
+ * (shape, `from`, duplicate ids, privilege, size and rate) and appends the accepted ones to the
+ * topic's history, an acknowledged append whose final failure the sender hears of. The history's
+ * order is the topic's total order. One sequencer per topic, claimed in KV, follows the topic's
+ * history and fans each envelope out with one publish per edge that has members; joins and leaves
+ * reach it on the topic's subject. A sequencer that takes over replays the history from the last
+ * sequence its predecessor recorded, so an envelope stored while nobody sequenced is not lost.
  */
 import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Json, JsonRpc, Mcpx } from "@switchboard/protocol"
@@ -21,6 +23,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import * as AdminApi from "./AdminApi.ts"
@@ -55,6 +58,14 @@ const REMEMBERED_ID_CHARS = 512 * 1024
 const RELEASE_GRACE = "1 second"
 
 /**
+ * How often a sequencer records the last history sequence it sent out. A sequencer that dies
+ * without a word leaves its successor to replay from the last record, so members may get the
+ * envelopes of up to this long before the death twice (same envelope id); one KV write per busy
+ * topic per interval keeps the cost off the per-envelope path.
+ */
+const RECORD_DELIVERED = "250 millis"
+
+/**
  * The sequencer of one topic: its members by participant id, in join order. An owner sequences;
  * a `releasing` one has given up its claim after the topic stayed empty and holds what arrives
  * until it wins the claim back; a `handing-on` one passes what arrives to the new owner.
@@ -62,7 +73,9 @@ const RELEASE_GRACE = "1 second"
 interface Topic {
   readonly name: string
   readonly members: Map<string, Mcpx.Member>
-  readonly history: Journal.JournalHandle
+  /** The last history sequence sent out, and the last one recorded in KV. */
+  delivered: number
+  recorded: number
   /** One handle per edge with members, rebuilt only when membership changes. */
   everyone: ReadonlyArray<Actors.Socket> | undefined
   /** The topic's bus subscription; closing it lets go of the topic. */
@@ -72,8 +85,9 @@ interface Topic {
   idle: Fiber.RuntimeFiber<void> | undefined
   /** Done when a release ends, either way; joins on this replica wait for it. */
   released: Deferred.Deferred<void> | undefined
-  /** What arrived while releasing. */
+  /** What arrived while releasing: on the topic's subject, and in its history. */
   readonly held: Array<Bus.BusMessage>
+  readonly heldEntries: Array<Journal.JournalEntry>
   reclaiming: boolean
 }
 
@@ -94,7 +108,10 @@ export const make = Effect.gen(function*() {
     topicIdle: yield* BrokerConfig.topicIdle,
     replicaHeartbeat: yield* BrokerConfig.replicaHeartbeat
   }
-  const journal = yield* Journal.Journal
+  if (Option.isSome(yield* BrokerConfig.removedHistoryBytes)) {
+    yield* Effect.logWarning("MCPX_HISTORY_BYTES is no longer used: MCPX_HISTORY_LIMIT bounds each topic's history, MCPX_HISTORY_TOTAL_BYTES all of them")
+  }
+  const history = yield* (yield* Journal.Journal).open(config.history)
   const claims = yield* kv.bucket(Subjects.Bucket.topics)
   const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
   const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
@@ -137,19 +154,30 @@ export const make = Effect.gen(function*() {
   const participantsOf = (topic: Topic): ReadonlyArray<Mcpx.Participant> =>
     [...topic.members.values()].map((m) => ({ id: m.participant, privilege: m.privilege }))
 
+  /** An envelope stored in the topic's history goes out to every member, the sender included. */
+  const deliver = (topic: Topic, entry: Journal.JournalEntry) => {
+    const traced = Option.isSome(tracer)
+      ? Telemetry.startSpan(tracer.value, "broker.fanout", entry.traceparent, {
+        kind: SpanKind.PRODUCER,
+        attributes: { "mcpx.topic": topic.name, "mcpx.members": topic.members.size, "mcpx.seq": entry.seq }
+      })
+      : undefined
+    fanOut(topic, entry.data, undefined, traced?.traceparent)
+    topic.delivered = entry.seq
+    traced?.span.end()
+  }
+
+  /** What the sequencer does with a history entry, by its phase. */
+  const onEntry = (topic: Topic) => (entry: Journal.JournalEntry) => {
+    if (topic.phase === "owner") return deliver(topic, entry)
+    // Handing on: the new owner replays from the sequence recorded when this one let go.
+    if (topic.phase === "handing-on") return
+    topic.heldEntries.push(entry)
+    if (!topic.reclaiming) run(reclaim(topic))
+  }
+
   const onTopicMessage = (topic: Topic) => (message: Bus.BusMessage) => {
     const kind = message.header(Subjects.Header.kind)
-    if (kind === Mcpx.TopicKind.envelope) {
-      const traced = Option.isSome(tracer)
-        ? Telemetry.startSpan(tracer.value, "broker.fanout", message.header(Subjects.Header.traceparent), {
-          kind: SpanKind.PRODUCER,
-          attributes: { "mcpx.topic": topic.name, "mcpx.members": topic.members.size }
-        })
-        : undefined
-      fanOut(topic, message.data, undefined, traced?.traceparent)
-      topic.history.append(message.data)
-      return traced?.span.end()
-    }
     const body = Bus.text(message)
     if (kind === Mcpx.TopicKind.join) {
       const join = joinCodec.decode(body)
@@ -216,6 +244,7 @@ export const make = Effect.gen(function*() {
       topic.reclaiming = false
       const handle = onTopicMessage(topic)
       for (const m of topic.held.splice(0)) handle(m)
+      for (const e of topic.heldEntries.splice(0)) deliver(topic, e)
       releaseEnded(topic)
       idleWhenEmpty(topic)
     })
@@ -224,6 +253,8 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       topic.phase = "handing-on"
       for (const m of topic.held.splice(0)) handOn(topic, m)
+      // Not sent out here: the recorded sequence is before them, so the new owner replays them.
+      topic.heldEntries.length = 0
       if (sequenced.get(topic.name) === topic) sequenced.delete(topic.name)
       yield* Scope.close(topic.subscription, Exit.void)
       releaseEnded(topic)
@@ -252,6 +283,7 @@ export const make = Effect.gen(function*() {
       const current = yield* claims.get(key)
       // Taken over by a replica that thought this one gone: it is not ours to give up.
       if (Option.isNone(current) || decoder.decode(current.value.value) !== replica) return yield* letGo(topic)
+      yield* recordDelivered(topic)
       yield* claims.delete(key)
       topic.phase = "releasing"
       topic.released = Deferred.unsafeMake<void>(FiberId.none)
@@ -309,13 +341,15 @@ export const make = Effect.gen(function*() {
       const state: Topic = {
         name: topic,
         members: new Map(),
-        history: yield* journal.open(config.history(topic)),
+        delivered: 0,
+        recorded: 0,
         everyone: undefined,
         subscription,
         phase: "owner",
         idle: undefined,
         released: undefined,
         held: [],
+        heldEntries: [],
         reclaiming: false
       }
       const handle = dispatch(state)
@@ -340,12 +374,69 @@ export const make = Effect.gen(function*() {
         if (!mine && !takeover) return yield* Scope.close(subscription, Exit.void)
         for (const { value } of yield* members.values(Subjects.Key.members(topic))) state.members.set(value.participant, value)
       }
+      // The topic is ours from here: whatever is in its history after the last sequence anyone sent
+      // out (a predecessor that died, or let go) is sent out now, then each new envelope. A recorded
+      // sequence past the history's end is from a history since removed.
+      // (Round trips side by side: the first join of a topic waits for them.)
+      const [next, found] = yield* Effect.all([history.nextSeq, claims.get(Subjects.Key.topicDelivered(topic))], { concurrency: 2 })
+      const recorded = Option.flatMap(found, (e) => {
+        const seq = Number(decoder.decode(e.value))
+        return Number.isSafeInteger(seq) && seq >= 0 && seq < next ? Option.some(seq) : Option.none()
+      })
+      state.delivered = state.recorded = Option.getOrElse(recorded, () => next - 1)
+      yield* Effect.all([
+        // Recorded at once, so a successor after an early crash replays from here, not from its own start.
+        Option.isNone(recorded) ? claims.put(Subjects.Key.topicDelivered(topic), String(state.recorded)) : Effect.void,
+        history.follow(Subjects.historyKey(topic), { from: state.delivered + 1 }, onEntry(state)).pipe(Scope.extend(subscription))
+      ], { concurrency: 2, discard: true })
       owner = true
       sequenced.set(topic, state)
       for (const m of early) handle(m)
       // A participant that never gets as far as its join leaves the topic empty from the start.
       idleWhenEmpty(state)
     })
+
+  // --- recording what was sent out, and taking over from a sequencer that died ---------------
+
+  const recordDelivered = (topic: Topic) =>
+    Effect.suspend(() => {
+      const seq = topic.delivered
+      if (seq <= topic.recorded) return Effect.void
+      return Effect.map(claims.put(Subjects.Key.topicDelivered(topic.name), String(seq)), () => {
+        topic.recorded = Math.max(topic.recorded, seq)
+      })
+    })
+
+  yield* Effect.suspend(() =>
+    Effect.forEach(
+      [...sequenced.values()].filter((t) => t.phase === "owner"),
+      (t) => recordDelivered(t).pipe(Effect.catchAll((e) => Effect.logWarning(`could not record what topic ${t.name} sent out`, e))),
+      { discard: true }
+    )
+  ).pipe(Effect.repeat(Schedule.spaced(RECORD_DELIVERED)), Effect.forkScoped)
+
+  /** Topics with participants whose actors live here, and how many. */
+  const localTopics = new Map<string, number>()
+  /**
+   * A sequencer's replica that dies leaves its topic to whoever notices: an adopted participant
+   * actor's join does, but when every participant's actor lives elsewhere nothing would. So once a
+   * broker replica lapses, each replica makes sure its participants' topics are sequenced, taking
+   * over those whose holder is gone.
+   */
+  let aliveBrokers: ReadonlySet<string> | undefined
+  yield* Effect.gen(function*() {
+    const alive = new Set(yield* replicas.keys(Subjects.Key.replicas("broker")))
+    const lapsed = aliveBrokers !== undefined && [...aliveBrokers].some((r) => !alive.has(r))
+    aliveBrokers = alive
+    if (!lapsed) return
+    for (const topic of localTopics.keys()) {
+      if (!sequenced.has(topic)) yield* ensureSequencer(topic).pipe(Effect.catchAll((e) => Effect.logWarning(`could not take topic ${topic} over`, e)))
+    }
+  }).pipe(
+    Effect.catchAll((e) => Effect.logWarning("sequencer sweep failed", e)),
+    Effect.repeat(Schedule.spaced(config.replicaHeartbeat)),
+    Effect.forkScoped
+  )
 
   // --- a participant's actor ---------------------------------------------------------------
 
@@ -395,6 +486,14 @@ export const make = Effect.gen(function*() {
       }
 
       yield* ensureSequencer(topic).pipe(Effect.orDie)
+      localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          const n = (localTopics.get(topic) ?? 1) - 1
+          if (n > 0) localTopics.set(topic, n)
+          else localTopics.delete(topic)
+        })
+      )
       let member: Mcpx.Member = {
         topic,
         participant: id,
@@ -471,13 +570,17 @@ export const make = Effect.gen(function*() {
             attributes: { "mcpx.topic": topic, "mcpx.envelope.id": envelope.id, "mcpx.from": id, "sb.conn": conn.id }
           })
           : undefined
-        // Stamp ts when missing; otherwise the envelope travels exactly as it was sent.
-        toTopic(
-          topic,
-          Mcpx.TopicKind.envelope,
-          envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text,
-          traced?.traceparent
-        )
+        // Stamp ts when missing; otherwise the envelope travels exactly as it was sent. Stored first,
+        // sent out by the sequencer once stored: what a member receives is in the history.
+        const envelopeId = envelope.id
+        history.append(Subjects.historyKey(topic), envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text, {
+          traceparent: traced?.traceparent,
+          lost: (why) => {
+            // Nobody received it, so its id is free for the sender to try again.
+            if (seen.delete(envelopeId)) seenChars -= envelopeId.length
+            refuse("not_stored", `the topic's history could not store the envelope, so nobody received it: ${why}`, envelopeId)
+          }
+        })
         traced?.span.end()
       }
 

@@ -1,5 +1,5 @@
 /** Every setting of the MCPx broker, read once. Defaults never get in the way of normal use. */
-import { Subjects } from "@switchboard/bus"
+import { type Journal, Subjects } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 
@@ -27,24 +27,35 @@ export const maxEnvelope = Settings.positiveInt("MCPX_MAX_ENVELOPE", 64 * 1024, 
 export const maxParticipants = Settings.positiveInt("MCPX_MAX_PARTICIPANTS", 1_000, "Participants per topic")
 export const historyLimit = Settings.positiveInt("MCPX_HISTORY_LIMIT", 1_000, "Envelopes kept per topic for GET /v0/topics/{topic}/history")
 export const historyAge = Settings.duration("MCPX_HISTORY_AGE", "24 hours", "How long a topic's history keeps an envelope")
-export const historyBytes = Settings.positiveInt("MCPX_HISTORY_BYTES", 4 * 1024 * 1024, "Bytes of envelopes kept per topic's history; the oldest go first")
 export const historyTotalBytes = Settings.positiveInt(
   "MCPX_HISTORY_TOTAL_BYTES",
   64 * 1024 * 1024,
-  "Bytes of history all topics keep together on the embedded bus; the oldest go first (on NATS, the account's JetStream limits bound it)"
+  "Bytes of history all topics keep together (the history stream's max_bytes on NATS); the oldest go first"
+)
+export const historyRetry = Settings.duration(
+  "MCPX_HISTORY_RETRY",
+  "30 seconds",
+  "How long an envelope that cannot be stored is retried before its sender gets a not_stored error"
 )
 
-/** A journal's name for a topic: what the history API looks for without creating it. */
-export const historyName = (topic: string) => `history_${Buffer.from(topic, "utf8").toString("base64url")}`
+/** Set by deployments from before the one history stream; read only to say it does nothing now. */
+export const removedHistoryBytes = Config.option(Config.string("MCPX_HISTORY_BYTES")).pipe(
+  Config.withDescription("Removed: a topic's history is bounded by MCPX_HISTORY_LIMIT, all topics' by MCPX_HISTORY_TOTAL_BYTES")
+)
 
-/** The journal that keeps a topic's history, as the sequencer opens it. */
-export const history = Config.all({ limit: historyLimit, age: historyAge, bytes: historyBytes, total: historyTotalBytes }).pipe(
-  Config.map(({ age, bytes, limit, total }) => (topic: string) => ({
-    name: historyName(topic),
-    maxMessages: limit,
+/**
+ * The one journal that holds every topic's history, a key per topic. A topic's own bytes are
+ * bounded by MCPX_HISTORY_LIMIT × MCPX_MAX_ENVELOPE, and all topics' by MCPX_HISTORY_TOTAL_BYTES:
+ * JetStream has no byte limit per subject, so the per-topic MCPX_HISTORY_BYTES of one stream per
+ * topic is gone.
+ */
+export const history = Config.all({ limit: historyLimit, age: historyAge, total: historyTotalBytes, retry: historyRetry }).pipe(
+  Config.map(({ age, limit, retry, total }): Journal.JournalSpec => ({
+    name: Subjects.JournalName.history,
+    maxMessagesPerKey: limit,
     maxAge: age,
-    maxBytes: bytes,
-    totalBytes: total
+    maxBytes: total,
+    retryFor: retry
   }))
 )
 export const topicIdle = Settings.nonNegativeDuration(

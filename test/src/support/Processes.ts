@@ -17,7 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
-export type Service = "auth" | "router" | "registry" | "edge" | "all-in-one"
+export type Service = "auth" | "router" | "registry" | "broker" | "edge" | "all-in-one"
 
 export class ServiceProcessError extends Data.TaggedError("ServiceProcessError")<{
   readonly reason: "Spawn" | "Exited" | "NotReady"
@@ -76,6 +76,7 @@ const ANSI = /\x1b\[[0-9;]*m/g
 const LISTENING = /edge (\S+) listening on (http:\/\/[^\s:]+:(\d+))/
 /** `Actors.host` logs this once the service's open subscription and replica heartbeat are in place. */
 const HOSTING = /registry: hosting connection actors/
+const BROKER_HOSTING = /broker: hosting connection actors/
 
 /** Children that are still running, killed if this process exits before their scopes close. */
 const running = new Set<ChildProcess>()
@@ -197,6 +198,9 @@ export const router = (options: ProcessOptions) => Effect.map(start("router", op
  * edge's open request for either path finds it. It asks the router for tabs (`createTab`).
  */
 export const registry = (options: ProcessOptions) => Effect.map(start("registry", options, HOSTING), ({ proc }) => proc)
+
+/** The MCPx broker, returned once it hosts connection actors (and so sequences topics). */
+export const broker = (options: ProcessOptions) => Effect.map(start("broker", options, BROKER_HOSTING), ({ proc }) => proc)
 
 /** A process that serves an edge, returned once it logs the port it listens on. */
 const listening = (service: "edge" | "all-in-one", options: ProcessOptions) =>
