@@ -1,0 +1,189 @@
+/**
+ * Issue 18's scale-out and chaos suite. Every process is a container of the Switchboard image: a
+ * 3-node NATS cluster (state replicated 3 times), 3 edges, and 2 replicas each of auth, router,
+ * broker and registry. Steady traffic on every protocol (proxy, MCPx, hub) runs throughout while,
+ * one at a time: an edge is SIGKILLed; a router, broker and registry replica each is SIGKILLed and
+ * another SIGTERMed (each replaced before the next fault); the NATS node leading most KV streams
+ * is SIGKILLed and restarted; and every service is restarted one replica at a time.
+ *
+ * Clients follow the retry policy of docs/operations.md. The table of what happened goes to the
+ * log and to test/chaos/results.md; then the columns that must be zero are asserted.
+ */
+import { expect, layer } from "@effect/vitest"
+import { jetstreamManager } from "@nats-io/jetstream"
+import { connect } from "@nats-io/transport-node"
+import { NatsCluster, SwitchboardImage } from "@switchboard/testing"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { writeFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+import { drive, type Flow, hubFlow, mcpxFlow, proxyFlow } from "./Flows.ts"
+import { Ledger, markdown } from "./Ledger.ts"
+import type { Edges } from "./Line.ts"
+import { stateOf } from "./State.ts"
+import { EDGES, type Instance, SERVICES, type Topology, topology } from "./Topology.ts"
+
+/** Requests a second on each flow; three flows a protocol. */
+const RATE = 8
+const FLOWS = 3
+/** Steady traffic before the first fault, and after each recovery before the next fault. */
+const STEADY_MS = 3_000
+/** A fault the system has not recovered from by then is reported as "never" and the run goes on. */
+const RECOVERY_DEADLINE_MS = 60_000
+const RESULTS = fileURLToPath(new URL("./results.md", import.meta.url))
+
+/** The node (0, 1 or 2) that leads most of the namespace's KV streams. */
+const kvLeader = (servers: ReadonlyArray<string>, namespace: string) =>
+  Effect.tryPromise(async () => {
+    const nc = await connect({ servers: [...servers], timeout: 2_000 })
+    try {
+      const jsm = await jetstreamManager(nc, { checkAPI: false, timeout: 2_000 })
+      const led = new Map<number, number>()
+      for await (const info of jsm.streams.list()) {
+        if (!info.config.name.startsWith(`KV_${namespace}_`)) continue
+        const leader = Number(info.cluster?.leader?.slice(1))
+        if (leader === 0 || leader === 1 || leader === 2) led.set(leader, (led.get(leader) ?? 0) + 1)
+      }
+      const [node] = [...led].sort((a, b) => b[1] - a[1])[0] ?? []
+      if (node === undefined) throw new Error("no KV stream has a leader")
+      return { node, streams: led.get(node) ?? 0 }
+    } finally {
+      await nc.close()
+    }
+  }).pipe(Effect.retry({ times: 20 }))
+
+layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServices: true, timeout: "240 seconds" })("scale-out and chaos", (it) => {
+  it.scoped("every protocol keeps answering correctly through edge, replica and NATS faults and a rolling restart", () =>
+    Effect.gen(function*() {
+      const cluster = yield* NatsCluster
+      // History must reach back over the whole run, so that a participant that reconnects finds what it missed.
+      const topo: Topology = yield* topology({ MCPX_HISTORY_LIMIT: "100000", MCPX_HISTORY_BYTES: String(64 * 1024 * 1024) })
+      yield* Effect.logInfo(`topology up in namespace ${topo.namespace}`)
+      const edges: Edges = { count: EDGES, at: topo.edgeAt }
+      const http = () => {
+        for (let slot = 0; slot < EDGES; slot++) {
+          const ws = topo.edgeAt(slot)
+          if (ws !== undefined) return ws.replace(/^ws/, "http")
+        }
+        return undefined
+      }
+      const wsOf = (i: number) => topo.edgeAt(i % EDGES) ?? ""
+
+      const state = yield* stateOf(topo.natsServers, topo.namespace)
+      const snapshot = yield* state.write(wsOf)
+      yield* Effect.logInfo(`state written: ${snapshot.records.length} KV records, ${snapshot.envelopes.length} envelopes`)
+
+      const ledger = new Ledger()
+      ledger.begin({ name: "warm-up" })
+      const mcpx = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => mcpxFlow(ledger, edges, k))
+      const flows: ReadonlyArray<Flow> = [
+        ...(yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => proxyFlow(ledger, edges, k))),
+        ...mcpx,
+        ...(yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => hubFlow(ledger, edges, k)))
+      ]
+      const traffic = yield* drive(flows, RATE)
+
+      /** Waits until every flow's latest request sent after `since` was answered correctly. */
+      const healthy = (since: number) =>
+        Effect.gen(function*() {
+          const deadline = Date.now() + RECOVERY_DEADLINE_MS
+          for (;;) {
+            const ok = ledger.healthySince(since)
+            if (flows.every((f) => ok.has(f.name))) return true
+            if (Date.now() > deadline) {
+              yield* Effect.logError(`not recovered: ${flows.filter((f) => !ok.has(f.name)).map((f) => f.name).join(", ")}`)
+              return false
+            }
+            yield* Effect.sleep("100 millis")
+          }
+        })
+      const steady = Effect.gen(function*() {
+        yield* healthy(Date.now())
+        yield* Effect.sleep(STEADY_MS)
+      })
+      const checkState = (phase: number) =>
+        Effect.tap(state.lost(snapshot, http), (lost) => Effect.sync(() => ledger.lostKv.set(phase, lost)))
+
+      /** One fault: inject it, wait for recovery, run `after` (a replacement), wait again, check the state. */
+      const fault = (name: string, inject: Effect.Effect<unknown, unknown>, after: Effect.Effect<unknown, unknown> = Effect.void, bystanders?: ReadonlySet<string>) =>
+        Effect.gen(function*() {
+          const phase = ledger.begin({ name, faultAt: Date.now(), ...(bystanders === undefined ? {} : { bystanders }) })
+          yield* Effect.logInfo(`fault: ${name}`)
+          yield* inject
+          yield* healthy(Date.now())
+          yield* after
+          yield* steady
+          yield* checkState(phase)
+        })
+
+      // Warm-up: every flow answers (first sockets, first handshakes, NATS placing the R3 streams).
+      expect(yield* healthy(0)).toBe(true)
+      ledger.begin({ name: "steady (no fault)" })
+      yield* Effect.sleep(STEADY_MS)
+      yield* checkState(ledger.phase)
+
+      // 1. An edge dies: its clients go to another edge; flows with no socket on it must not notice.
+      const edge0 = topo.live("edge").find((e) => e.slot === 0)
+      if (edge0 === undefined) return yield* Effect.dieMessage("no edge in slot 0")
+      const bystanders = new Set(flows.filter((f) => f.slots().every((s) => s !== 0)).map((f) => f.name))
+      yield* fault(`SIGKILL ${edge0.name} (slot 0)`, topo.stop(edge0, "SIGKILL"), topo.start("edge", 0), bystanders)
+
+      // 2. Each stateful service: one replica SIGKILLed (a crash), replaced; the other SIGTERMed, replaced.
+      for (const service of ["router", "broker", "registry"] as const) {
+        const [first, second] = topo.live(service) as ReadonlyArray<Instance | undefined>
+        if (first === undefined || second === undefined) return yield* Effect.dieMessage(`${service} has fewer than 2 replicas`)
+        yield* fault(`SIGKILL ${first.name}`, topo.stop(first, "SIGKILL"), topo.start(service))
+        yield* fault(`SIGTERM ${second.name}`, topo.stop(second, "SIGTERM"), topo.start(service))
+      }
+
+      // 3. The NATS node that leads the KV streams dies, and comes back.
+      const leader = yield* kvLeader(cluster.servers, topo.namespace)
+      yield* fault(`SIGKILL NATS n${leader.node} (leads ${leader.streams} KV streams), then restart it`, cluster.kill(leader.node), cluster.restart(leader.node))
+
+      // 4. A rolling restart, as a Kubernetes surge rollout does it: a new replica serves, then the old one gets SIGTERM.
+      const rolling = ledger.begin({ name: "rolling restart of every service", faultAt: Date.now() })
+      for (const service of SERVICES) {
+        for (const old of topo.live(service)) {
+          yield* topo.start(service)
+          yield* topo.stop(old, "SIGTERM")
+        }
+      }
+      for (const old of topo.live("edge")) {
+        yield* topo.start("edge", old.slot)
+        yield* topo.stop(old, "SIGTERM")
+      }
+      yield* healthy(Date.now())
+      yield* steady
+      yield* checkState(rolling)
+
+      yield* traffic.stop
+      // Receivers get an acknowledged envelope a moment after its sender does.
+      const participants = mcpx.map((f) => f.participant)
+      yield* Effect.suspend(() => (ledger.rows(participants).every((r) => r.lostAckedEnvelopes === 0) ? Effect.void : Effect.fail("not yet"))).pipe(
+        Effect.retry({ times: 50 }),
+        Effect.ignore
+      )
+
+      const rows = ledger.rows(participants)
+      const table = markdown(rows)
+      writeFileSync(RESULTS, `${table}\n`)
+      yield* Effect.logInfo(`chaos results (also in ${RESULTS}):\n${table}`)
+      const reasons = new Map<string, number>()
+      for (const a of ledger.attempts) {
+        if (a.outcome === "correct") continue
+        const key = `${ledger.phases[a.phase]?.name} ${a.flow}: ${a.detail?.slice(0, 120) ?? a.outcome}`
+        reasons.set(key, (reasons.get(key) ?? 0) + 1)
+      }
+      yield* Effect.logInfo(`failed attempts by phase, flow and reason:\n${[...reasons].map(([k, n]) => `${n}× ${k}`).join("\n")}`)
+
+      const violations = rows.flatMap((r) => [
+        ...(r.wrong > 0 ? [`${r.phase}: ${r.wrong} wrong answers`] : []),
+        ...(r.lostAckedEnvelopes > 0 ? [`${r.phase}: ${r.lostAckedEnvelopes} acknowledged MCPx envelopes lost`] : []),
+        ...(r.lostKvState > 0 ? [`${r.phase}: ${r.lostKvState} KV records lost`] : []),
+        ...("recoveryMs" in r && r.recoveryMs === undefined ? [`${r.phase}: never recovered`] : []),
+        ...((r.bystanderErrors ?? 0) > 0 ? [`${r.phase}: ${r.bystanderErrors} errors on flows with no socket on the killed edge`] : []),
+        ...(r.phase.startsWith("rolling") && r.failedAfterRetry > 0 ? [`${r.phase}: ${r.failedAfterRetry} requests failed beyond the client retry`] : [])
+      ])
+      expect(violations).toEqual([])
+    }), 300_000)
+})
