@@ -9,11 +9,12 @@ import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { isDeepStrictEqual } from "node:util"
 import { token } from "../src/support/Stack.ts"
 import type { Ledger, Outcome, Protocol } from "./Ledger.ts"
-import { type Edges, type Json, type Line, peer, Policy, Unanswered } from "./Line.ts"
+import { type Edges, type Json, type Line, openLine, peer, Policy, Unanswered } from "./Line.ts"
 
 export interface Flow {
   readonly protocol: Protocol
@@ -22,6 +23,10 @@ export interface Flow {
   readonly slots: () => ReadonlyArray<number | undefined>
   /** One request with the retry policy: every attempt and the final outcome go to the ledger. */
   readonly request: (n: number) => Effect.Effect<void>
+  /** Requests a second, when not the driver's. */
+  readonly rate?: number
+  /** Every request on a new socket, to whichever edge is next: it has no edge of its own. */
+  readonly fresh?: boolean
 }
 
 interface Answer {
@@ -139,7 +144,7 @@ export const proxyFlow = (ledger: Ledger, edges: Edges, k: number) =>
         }).pipe(Effect.catchAll(asError))
       )
     }
-    return { protocol: "proxy", name, slots: () => [extension.slot(), client.slot()], request } satisfies Flow
+    return { protocol: "proxy" as const, name, user, extensionId: Deferred.await(extensionId), slots: () => [extension.slot(), client.slot()], request }
   })
 
 // --- MCP-B: a tab and a /hub client --------------------------------------------------------------
@@ -201,7 +206,7 @@ export const hubFlow = (ledger: Ledger, edges: Edges, k: number) =>
         }).pipe(Effect.catchAll(asError))
       )
     }
-    return { protocol: "hub", name, slots: () => [tab.slot(), hub.slot()], request } satisfies Flow
+    return { protocol: "hub" as const, name, user: `chaos-hub-${k}`, tool, slots: () => [tab.slot(), hub.slot()], request }
   })
 
 // --- MCPx: participants of one topic -------------------------------------------------------------
@@ -222,7 +227,8 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
     const acks = new Map<string, Deferred.Deferred<Answer>>()
     /** Envelope id → the text it was sent with, for every participant of this run. */
     const texts = sentTexts
-    const sentIn = new Map<string, number>()
+    /** This participant's own envelopes. */
+    const sentIn = new Set<string>()
 
     const receive = (e: Json) => {
       const envelopeId = e["id"]
@@ -244,7 +250,8 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
     }
     const acknowledge = (envelopeId: string, answer: Answer) => {
       if (answer.outcome === "correct" && !ledger.acked.has(envelopeId) && sentIn.has(envelopeId)) {
-        ledger.acked.set(envelopeId, { phase: sentIn.get(envelopeId) ?? ledger.phase, at: Date.now(), payload: texts.get(envelopeId)?.text ?? "" })
+        const sent = texts.get(envelopeId)
+        ledger.acked.set(envelopeId, { phase: sent?.phase ?? ledger.phase, sentAt: sent?.sentAt ?? 0, at: Date.now(), payload: sent?.text ?? "" })
       }
       const waiting = acks.get(envelopeId)
       if (waiting !== undefined) Deferred.unsafeDone(waiting, Effect.succeed(answer))
@@ -281,6 +288,7 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
           if ((welcome["payload"] as Json | undefined)?.["event"] !== "welcome") {
             return yield* Effect.fail(new Unanswered({ reason: `expected a welcome, got ${JSON.stringify(welcome)}` }))
           }
+          if (!ledger.joined.has(id)) ledger.joined.set(id, Date.now())
           if (reconnect) yield* catchUp(line)
         }),
       serve: (_line, _state, m) => receive(m)
@@ -290,8 +298,8 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
     const request = (_n: number) => {
       const envelopeId = `${id}-${++counter}`
       const text = randomUUID()
-      texts.set(envelopeId, { text, phase: ledger.phase })
-      sentIn.set(envelopeId, ledger.phase)
+      texts.set(envelopeId, { text, phase: ledger.phase, sentAt: Date.now() })
+      sentIn.add(envelopeId)
       return withRetry(
         ledger,
         "mcpx",
@@ -310,11 +318,123 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
         }).pipe(Effect.catchAll(asError))
       )
     }
-    return { protocol: "mcpx" as const, name, participant: id, slots: () => [participant.slot()], request }
+    return { protocol: "mcpx" as const, name, participant: id, ready: participant.session("60 seconds"), slots: () => [participant.slot()], request }
   })
 
 /** What each MCPx envelope of the run was sent with (shared: every participant checks what it receives). */
-const sentTexts = new Map<string, { readonly text: string; readonly phase: number }>()
+const sentTexts = new Map<string, { readonly text: string; readonly phase: number; readonly sentAt: number }>()
+
+// --- new sessions all the time ----------------------------------------------------------------
+
+/**
+ * A flow whose every request opens a socket to the next edge that serves, does the protocol's
+ * handshake and one request: what a client that arrives after a fault meets (the service's queue
+ * group, and the KV writes of a new session). `attempt` gets the edge's ws:// base.
+ */
+/** New sessions go round the edges, as a load balancer would send them. */
+let rotation = 0
+
+const onNewSession = (edges: Edges, attempt: (slot: number, ws: string) => Effect.Effect<Answer, unknown, Scope.Scope>) =>
+  Effect.suspend(() => {
+    for (let i = 0; i < edges.count; i++) {
+      const slot = rotation++ % edges.count
+      const ws = edges.at(slot)
+      if (ws !== undefined) {
+        return Effect.scoped(attempt(slot, ws)).pipe(
+          Effect.timeoutTo({ duration: Policy.setupTimeout, onTimeout: () => failed("no answer on a new session"), onSuccess: (a) => a }),
+          Effect.catchAll(asError)
+        )
+      }
+    }
+    return Effect.succeed(failed("no edge serves"))
+  })
+
+const freshFlow = (ledger: Ledger, edges: Edges, protocol: Protocol, name: string, attempt: (slot: number, ws: string) => Effect.Effect<Answer, unknown, Scope.Scope>) => {
+  const one = onNewSession(edges, attempt)
+  return { protocol, name, fresh: true, rate: 2, slots: () => [], request: () => withRetry(ledger, protocol, name, one) } satisfies Flow
+}
+
+const lineAt = (slot: number, url: string, protocols?: ReadonlyArray<string>) =>
+  Effect.acquireRelease(openLine(slot, url, protocols), (line) => Effect.sync(() => line.close()))
+
+/** A new MCP client per request, attaching to `of`'s extension. */
+export const freshProxyFlow = (ledger: Ledger, edges: Edges, of: { readonly user: string; readonly extensionId: Effect.Effect<string> }) =>
+  Effect.gen(function*() {
+    const accessToken = yield* token({ sub: of.user, ttl: "2 hours" })
+    return freshFlow(ledger, edges, "proxy", "proxy/new", (slot, ws) =>
+      Effect.gen(function*() {
+        const line = yield* lineAt(slot, `${ws}/mcp`)
+        const hello = yield* line.request("mcp_handshake", { accessToken })
+        if ((hello["result"] as Json | undefined)?.["authenticated"] !== true) return failed(`mcp_handshake answered ${JSON.stringify(hello)}`)
+        const attached = yield* line.request("connect", { extension_id: yield* of.extensionId })
+        const refused = errorOf(attached)
+        if (refused !== undefined) return failed(refused)
+        const params = { fresh: true, nonce: randomUUID() }
+        const answer = yield* line.request("chaos/echo", params)
+        const error = errorOf(answer)
+        if (error !== undefined) return failed(error)
+        return isDeepStrictEqual(answer["result"], { echo: params }) ? correct : { outcome: "wrong" as const, detail: JSON.stringify(answer) }
+      }))
+  })
+
+/** A new `/hub` session per request, calling `of`'s tool. */
+export const freshHubFlow = (ledger: Ledger, edges: Edges, of: { readonly user: string; readonly tool: string }) =>
+  Effect.gen(function*() {
+    const t = yield* token({ sub: of.user, ttl: "2 hours" })
+    return freshFlow(ledger, edges, "hub", "hub/new", (slot, ws) =>
+      Effect.gen(function*() {
+        const line = yield* lineAt(slot, `${ws}/hub?token=${t}`, ["mcp"])
+        const init = yield* line.request("initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "chaos-new", version: "0" } })
+        const refused = errorOf(init)
+        if (refused !== undefined) return failed(refused)
+        line.send({ jsonrpc: "2.0", method: "notifications/initialized" })
+        const args = { fresh: true, nonce: randomUUID() }
+        const answer = yield* line.request("tools/call", { name: of.tool, arguments: args })
+        const error = errorOf(answer)
+        if (error !== undefined) return failed(error)
+        const result = answer["result"] as { readonly isError?: boolean; readonly content?: ReadonlyArray<{ readonly text?: string }> } | undefined
+        if (result?.isError === true) return failed(JSON.stringify(result))
+        return result?.content?.[0]?.text === JSON.stringify(args) ? correct : { outcome: "wrong" as const, detail: JSON.stringify(answer) }
+      }))
+  })
+
+/** A participant that joins the chaos topic for each envelope it sends (the same id on every attempt). */
+export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
+  Effect.gen(function*() {
+    const id = "chaos-newcomer"
+    const t = yield* token({ sub: id, ttl: "2 hours" })
+    let counter = 0
+    const name = "mcpx/new"
+    const request = () => {
+      const envelopeId = `${id}-${++counter}`
+      const text = randomUUID()
+      const phase = ledger.phase
+      const sentAt = Date.now()
+      sentTexts.set(envelopeId, { text, phase, sentAt })
+      return withRetry(
+        ledger,
+        "mcpx",
+        name,
+        onNewSession(edges, (slot, ws) =>
+          Effect.gen(function*() {
+            const line = yield* lineAt(slot, `${ws}/v0/ws?topic=${encodeURIComponent(topic)}&token=${t}`)
+            const welcome = yield* Queue.take(line.incoming)
+            if ((welcome["payload"] as Json | undefined)?.["event"] !== "welcome") return failed(`expected a welcome, got ${JSON.stringify(welcome)}`)
+            line.send({ protocol: "mcpx/v0.1", id: envelopeId, from: id, kind: "chat", payload: { text } })
+            const answer = yield* awaitMessage(line, (m) => m["id"] === envelopeId || m["correlation_id"] === envelopeId).pipe(
+              Effect.timeoutTo({ duration: Policy.answerTimeout, onTimeout: () => undefined, onSuccess: (m) => m })
+            )
+            if (answer === undefined) return failed("no acknowledgement")
+            const payload = answer["payload"] as Json | undefined
+            const acked = answer["id"] === envelopeId || payload?.["code"] === "duplicate_id"
+            if (!acked) return failed(`${String(payload?.["code"])} ${String(payload?.["reason"])}`)
+            if (!ledger.acked.has(envelopeId)) ledger.acked.set(envelopeId, { phase, sentAt, at: Date.now(), payload: text })
+            return correct
+          }))
+      )
+    }
+    return { protocol: "mcpx" as const, name, fresh: true, rate: 2, slots: () => [], request } satisfies Flow
+  })
 
 // --- driving them ---------------------------------------------------------------------------------
 
@@ -337,7 +457,7 @@ export const drive = (flows: ReadonlyArray<Flow>, rate: number) =>
           if ((inflight.get(flow.name) ?? 0) >= 64) return
           inflight.set(flow.name, (inflight.get(flow.name) ?? 0) + 1)
           run(flow.request(n++).pipe(Effect.ensuring(Effect.sync(() => inflight.set(flow.name, (inflight.get(flow.name) ?? 1) - 1)))))
-        }).pipe(Effect.repeat(Schedule.spaced(Duration.millis(1000 / rate))))
+        }).pipe(Effect.repeat(Schedule.spaced(Duration.millis(1000 / (flow.rate ?? rate)))))
       )
     }
     const stop = Effect.gen(function*() {

@@ -50,6 +50,8 @@ export interface Row {
   readonly bystanderErrors?: number
   /** Milliseconds from the fault until every flow answered correctly again; undefined if never. */
   readonly recoveryMs?: number | undefined
+  /** The flow that took longest to recover (or never did). */
+  readonly slowest?: string
 }
 
 export class Ledger {
@@ -57,7 +59,9 @@ export class Ledger {
   readonly requests: Array<Request> = []
   readonly phases: Array<Phase> = []
   /** Envelope id → the phase it was sent in and when its sender saw it acknowledged. */
-  readonly acked = new Map<string, { readonly phase: number; readonly at: number; readonly payload: string }>()
+  readonly acked = new Map<string, { readonly phase: number; readonly sentAt: number; readonly at: number; readonly payload: string }>()
+  /** Participant → when its first welcome arrived: only envelopes sent after that must reach it. */
+  readonly joined = new Map<string, number>()
   /** Participant → envelope ids it saw (live, or from history after a reconnect). */
   readonly received = new Map<string, Set<string>>()
   /** Envelopes a receiver saw with another payload than the one sent under that id. */
@@ -99,7 +103,7 @@ export class Ledger {
     return this.phases.map((phase, i) => {
       const attempts = this.attempts.filter((a) => a.phase === i)
       const count = (o: Outcome) => attempts.filter((a) => a.outcome === o).length
-      const lost = [...this.acked].filter(([id, e]) => e.phase === i && participants.some((p) => !(this.received.get(p)?.has(id) ?? false)))
+      const lost = this.lost(participants).filter((l) => l.phase === i)
       return {
         phase: phase.name,
         sent: attempts.length,
@@ -112,25 +116,33 @@ export class Ledger {
         ...(phase.bystanders === undefined
           ? {}
           : { bystanderErrors: attempts.filter((a) => a.outcome !== "correct" && phase.bystanders?.has(a.flow)).length }),
-        ...(phase.faultAt === undefined ? {} : { recoveryMs: this.recovery(i, phase.faultAt) })
+        ...(phase.faultAt === undefined ? {} : (({ ms, slowest }) => ({ recoveryMs: ms, slowest }))(this.recovery(i, phase.faultAt)))
       }
     })
   }
 
+  /** Acknowledged envelopes that a participant joined before they were sent never saw. */
+  lost(participants: ReadonlyArray<string>): ReadonlyArray<{ readonly id: string; readonly phase: number; readonly at: number; readonly missing: ReadonlyArray<string> }> {
+    return [...this.acked].flatMap(([id, e]) => {
+      const missing = participants.filter((p) => (this.joined.get(p) ?? Infinity) < e.sentAt && !(this.received.get(p)?.has(id) ?? false))
+      return missing.length === 0 ? [] : [{ id, phase: e.phase, at: e.at, missing }]
+    })
+  }
+
   /**
-   * From the fault until the last flow's first correct answer after its last failure (a flow that
-   * never failed counts from its first correct answer after the fault).
+   * From the fault until the last flow's first correct answer after its last failure in the phase
+   * (a flow that never failed counts from its first correct answer after the fault). The answer
+   * may come after the phase: an attempt sent late in it can fail after it.
    */
-  private recovery(phase: number, faultAt: number): number | undefined {
-    const attempts = this.attempts.filter((a) => a.phase === phase && a.sentAt >= faultAt)
+  private recovery(phase: number, faultAt: number): { readonly ms: number | undefined; readonly slowest: string } {
     const flows = new Set(this.attempts.map((a) => a.flow))
-    let worst = 0
+    let worst = { ms: 0 as number | undefined, slowest: "" }
     for (const flow of flows) {
-      const mine = attempts.filter((a) => a.flow === flow).sort((a, b) => a.endedAt - b.endedAt)
-      const lastFailure = mine.reduce((t, a) => (a.outcome === "correct" ? t : Math.max(t, a.endedAt)), faultAt)
+      const mine = this.attempts.filter((a) => a.flow === flow && a.sentAt >= faultAt).sort((a, b) => a.endedAt - b.endedAt)
+      const lastFailure = mine.reduce((t, a) => (a.phase === phase && a.outcome !== "correct" ? Math.max(t, a.endedAt) : t), faultAt)
       const recovered = mine.find((a) => a.outcome === "correct" && a.endedAt >= lastFailure)
-      if (recovered === undefined) return undefined
-      worst = Math.max(worst, recovered.endedAt - faultAt)
+      if (recovered === undefined) return { ms: undefined, slowest: flow }
+      if (worst.ms !== undefined && recovered.endedAt - faultAt > worst.ms) worst = { ms: recovered.endedAt - faultAt, slowest: flow }
     }
     return worst
   }
@@ -144,7 +156,7 @@ export const markdown = (rows: ReadonlyArray<Row>): string =>
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ...rows.map((r) =>
       `| ${r.phase}${r.bystanderErrors === undefined ? "" : ` (errors on flows not on that edge: ${r.bystanderErrors})`} | ${r.sent} | ${r.correct} | ${r.errors} | ${r.wrong} | ${r.failedAfterRetry} | ${r.lostAckedEnvelopes} | ${r.lostKvState} | ${
-        r.recoveryMs === undefined && !("recoveryMs" in r) ? "–" : cell(r.recoveryMs)
+        !("recoveryMs" in r) ? "–" : `${cell(r.recoveryMs)} (${r.slowest})`
       } |`
     )
   ].join("\n")

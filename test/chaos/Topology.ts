@@ -82,7 +82,13 @@ export const topology = (env: Readonly<Record<string, string>> = {}) =>
           env: service === "edge" ? { ...settings, EDGE_ID: `edge-${slot}-${started}` } : settings,
           ready: READY[service],
           startTimeout: "60 seconds"
-        }).pipe(Scope.extend(scope))
+        }).pipe(
+          Scope.extend(scope),
+          // As a restart policy would (compose's `restart`, a Deployment's pods): a service exits when
+          // it cannot set up, e.g. while JetStream on a new cluster is not yet available to it.
+          Effect.tapError((e) => Effect.logWarning(`${service} exited during start; starting it again`, e)),
+          Effect.retry({ schedule: Schedule.spaced("1 second"), times: 3 })
+        )
         const instance: Instance = { service, name: `${service}#${++started}`, container, ...(slot === undefined ? {} : { slot }) }
         all.push(instance)
         if (service === "edge" && slot !== undefined) {

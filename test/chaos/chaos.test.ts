@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { drive, type Flow, hubFlow, mcpxFlow, proxyFlow } from "./Flows.ts"
+import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow, mcpxFlow, proxyFlow } from "./Flows.ts"
 import { Ledger, markdown } from "./Ledger.ts"
 import type { Edges } from "./Line.ts"
 import { stateOf } from "./State.ts"
@@ -31,6 +31,7 @@ const STEADY_MS = 3_000
 /** A fault the system has not recovered from by then is reported as "never" and the run goes on. */
 const RECOVERY_DEADLINE_MS = 60_000
 const RESULTS = fileURLToPath(new URL("./results.md", import.meta.url))
+const LEDGER = fileURLToPath(new URL("./ledger.json", import.meta.url))
 
 /** The node (0, 1 or 2) that leads most of the namespace's KV streams. */
 const kvLeader = (servers: ReadonlyArray<string>, namespace: string) =>
@@ -76,11 +77,21 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       const ledger = new Ledger()
       ledger.begin({ name: "warm-up" })
       const mcpx = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => mcpxFlow(ledger, edges, k))
+      const proxy = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => proxyFlow(ledger, edges, k))
+      const hub = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => hubFlow(ledger, edges, k))
+      // New sessions all along, served by flow 1's extension and tab (slots 1 and 2: no edge fault takes them away).
+      const [proxy1, hub1] = [proxy[1], hub[1]]
+      if (proxy1 === undefined || hub1 === undefined) return yield* Effect.dieMessage("flow 1 is missing")
       const flows: ReadonlyArray<Flow> = [
-        ...(yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => proxyFlow(ledger, edges, k))),
+        ...proxy,
+        yield* freshProxyFlow(ledger, edges, proxy1),
         ...mcpx,
-        ...(yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => hubFlow(ledger, edges, k)))
+        yield* freshMcpxFlow(ledger, edges),
+        ...hub,
+        yield* freshHubFlow(ledger, edges, hub1)
       ]
+      // Every participant in the room before anyone speaks.
+      yield* Effect.forEach(mcpx, (f) => f.ready, { discard: true })
       const traffic = yield* drive(flows, RATE)
 
       /** Waits until every flow's latest request sent after `since` was answered correctly. */
@@ -111,6 +122,8 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
           yield* Effect.logInfo(`fault: ${name}`)
           yield* inject
           yield* healthy(Date.now())
+          // Traffic (new sessions too) runs on the degraded system a while before it is repaired.
+          yield* Effect.sleep(STEADY_MS)
           yield* after
           yield* steady
           yield* checkState(phase)
@@ -125,7 +138,9 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       // 1. An edge dies: its clients go to another edge; flows with no socket on it must not notice.
       const edge0 = topo.live("edge").find((e) => e.slot === 0)
       if (edge0 === undefined) return yield* Effect.dieMessage("no edge in slot 0")
-      const bystanders = new Set(flows.filter((f) => f.slots().every((s) => s !== 0)).map((f) => f.name))
+      // Flows with sockets of their own, none on slot 0 (new sessions go round every edge, slot 0 too).
+      const bystanders = new Set(flows.filter((f) => f.fresh !== true && f.slots().every((s) => s !== undefined && s !== 0)).map((f) => f.name))
+      yield* Effect.logInfo(`flows with no socket on slot 0: ${[...bystanders].join(", ")}`)
       yield* fault(`SIGKILL ${edge0.name} (slot 0)`, topo.stop(edge0, "SIGKILL"), topo.start("edge", 0), bystanders)
 
       // 2. Each stateful service: one replica SIGKILLed (a crash), replaced; the other SIGTERMed, replaced.
@@ -138,7 +153,12 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
 
       // 3. The NATS node that leads the KV streams dies, and comes back.
       const leader = yield* kvLeader(cluster.servers, topo.namespace)
-      yield* fault(`SIGKILL NATS n${leader.node} (leads ${leader.streams} KV streams), then restart it`, cluster.kill(leader.node), cluster.restart(leader.node))
+      yield* fault(
+        `SIGKILL NATS n${leader.node} (leads ${leader.streams} KV streams), then restart it`,
+        cluster.kill(leader.node),
+        // Down for longer than the streams' elections take (TESTCONTAINERS.md: writes resume in 3.4 to 8 s).
+        Effect.zipRight(Effect.sleep("10 seconds"), cluster.restart(leader.node))
+      )
 
       // 4. A rolling restart, as a Kubernetes surge rollout does it: a new replica serves, then the old one gets SIGTERM.
       const rolling = ledger.begin({ name: "rolling restart of every service", faultAt: Date.now() })
@@ -167,6 +187,19 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       const rows = ledger.rows(participants)
       const table = markdown(rows)
       writeFileSync(RESULTS, `${table}\n`)
+      // Everything the traffic saw, for looking into a failure after the run.
+      const lost = ledger.lost(participants)
+      writeFileSync(LEDGER, JSON.stringify({ phases: ledger.phases, attempts: ledger.attempts, lost, wrongEnvelopes: ledger.wrongEnvelopes }, (_, v: unknown) => (v instanceof Set ? [...v] : v)))
+      for (const [phase, name] of ledger.phases.map((p, i) => [i, p.name] as const)) {
+        const here = lost.filter((l) => l.phase === phase)
+        if (here.length === 0) continue
+        const by = new Map<string, number>()
+        for (const l of here) for (const p of l.missing) by.set(p, (by.get(p) ?? 0) + 1)
+        yield* Effect.logError(
+          `${name}: ${here.length} acknowledged envelopes not seen by ${[...by].map(([p, n]) => `${p} (${n})`).join(", ")}; acknowledged from ${
+            new Date(Math.min(...here.map((l) => l.at))).toISOString()} to ${new Date(Math.max(...here.map((l) => l.at))).toISOString()}; e.g. ${here.slice(0, 5).map((l) => l.id).join(", ")}`
+        )
+      }
       yield* Effect.logInfo(`chaos results (also in ${RESULTS}):\n${table}`)
       const reasons = new Map<string, number>()
       for (const a of ledger.attempts) {
