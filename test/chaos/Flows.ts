@@ -238,20 +238,20 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
         const sent = texts.get(envelopeId)
         if (sent !== undefined && sent.text !== text) ledger.wrongEnvelopes.push({ phase: sent.phase, id: envelopeId, by: id })
         ledger.seen(id, envelopeId)
-        if (e["from"] === id) acknowledge(envelopeId, correct)
+        if (e["from"] === id) acknowledge(envelopeId, correct, "echo")
         return
       }
       const payload = e["payload"] as Json | undefined
       const correlation = e["correlation_id"]
       if (e["kind"] === "system" && payload?.["event"] === "error" && typeof correlation === "string") {
         // The same id again after a reconnect, already accepted the first time: that is its acknowledgement.
-        acknowledge(correlation, payload["code"] === "duplicate_id" ? correct : failed(`${String(payload["code"])} ${String(payload["reason"])}`))
+        acknowledge(correlation, payload["code"] === "duplicate_id" ? correct : failed(`${String(payload["code"])} ${String(payload["reason"])}`), "duplicate_id")
       }
     }
-    const acknowledge = (envelopeId: string, answer: Answer) => {
+    const acknowledge = (envelopeId: string, answer: Answer, how: "echo" | "duplicate_id") => {
       if (answer.outcome === "correct" && !ledger.acked.has(envelopeId) && sentIn.has(envelopeId)) {
         const sent = texts.get(envelopeId)
-        ledger.acked.set(envelopeId, { phase: sent?.phase ?? ledger.phase, sentAt: sent?.sentAt ?? 0, at: Date.now(), payload: sent?.text ?? "" })
+        ledger.acked.set(envelopeId, { phase: sent?.phase ?? ledger.phase, sentAt: sent?.sentAt ?? 0, at: Date.now(), payload: sent?.text ?? "", how })
       }
       const waiting = acks.get(envelopeId)
       if (waiting !== undefined) Deferred.unsafeDone(waiting, Effect.succeed(answer))
@@ -428,7 +428,7 @@ export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
             const payload = answer["payload"] as Json | undefined
             const acked = answer["id"] === envelopeId || payload?.["code"] === "duplicate_id"
             if (!acked) return failed(`${String(payload?.["code"])} ${String(payload?.["reason"])}`)
-            if (!ledger.acked.has(envelopeId)) ledger.acked.set(envelopeId, { phase, sentAt, at: Date.now(), payload: text })
+            if (!ledger.acked.has(envelopeId)) ledger.acked.set(envelopeId, { phase, sentAt, at: Date.now(), payload: text, how: answer["id"] === envelopeId ? "echo" : "duplicate_id" })
             return correct
           }))
       )

@@ -59,7 +59,14 @@ export class Ledger {
   readonly requests: Array<Request> = []
   readonly phases: Array<Phase> = []
   /** Envelope id → the phase it was sent in and when its sender saw it acknowledged. */
-  readonly acked = new Map<string, { readonly phase: number; readonly sentAt: number; readonly at: number; readonly payload: string }>()
+  readonly acked = new Map<string, {
+    readonly phase: number
+    readonly sentAt: number
+    readonly at: number
+    readonly payload: string
+    /** The topic sent it back to its sender, or refused a resend as `duplicate_id` (accepted before). */
+    readonly how: "echo" | "duplicate_id"
+  }>()
   /** Participant → when its first welcome arrived: only envelopes sent after that must reach it. */
   readonly joined = new Map<string, number>()
   /** Participant → envelope ids it saw (live, or from history after a reconnect). */
@@ -122,10 +129,12 @@ export class Ledger {
   }
 
   /** Acknowledged envelopes that a participant joined before they were sent never saw. */
-  lost(participants: ReadonlyArray<string>): ReadonlyArray<{ readonly id: string; readonly phase: number; readonly at: number; readonly missing: ReadonlyArray<string> }> {
+  lost(participants: ReadonlyArray<string>): ReadonlyArray<
+    { readonly id: string; readonly phase: number; readonly at: number; readonly how: "echo" | "duplicate_id"; readonly missing: ReadonlyArray<string> }
+  > {
     return [...this.acked].flatMap(([id, e]) => {
       const missing = participants.filter((p) => (this.joined.get(p) ?? Infinity) < e.sentAt && !(this.received.get(p)?.has(id) ?? false))
-      return missing.length === 0 ? [] : [{ id, phase: e.phase, at: e.at, missing }]
+      return missing.length === 0 ? [] : [{ id, phase: e.phase, at: e.at, how: e.how, missing }]
     })
   }
 

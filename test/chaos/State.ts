@@ -4,7 +4,7 @@
  * outlive their tabs (`registry_cached_tools`), both read straight from KV, and a topic's history
  * (a journal), read through the history API. Nothing of it is touched by the traffic.
  */
-import { Kv, NatsBus, Subjects } from "@switchboard/bus"
+import { Actors, Kv, NatsBus, Subjects } from "@switchboard/bus"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -118,6 +118,20 @@ export const stateOf = (servers: ReadonlyArray<string>, namespace: string) =>
         return lost
       })
 
-    return { write, lost }
+    /** How many connections each replica of `service` owns now, by replica id. */
+    const owners = (service: Subjects.ServiceName) =>
+      kv.bucket(Subjects.Bucket.connections).pipe(
+        Effect.flatMap((b) => Kv.typed(b, Actors.ConnectionRecord).values()),
+        Effect.map((records) => {
+          const count = new Map<string, number>()
+          for (const { value } of records) if (value.service === service) count.set(value.replica, (count.get(value.replica) ?? 0) + 1)
+          return count
+        }),
+        Effect.retry(retry)
+      )
+    /** The broker replica that sequences `topic`. */
+    const sequencer = (topic: string) => read(Subjects.Bucket.topics, Subjects.Key.topic(topic))
+
+    return { write, lost, owners, sequencer }
   })
 

@@ -36,6 +36,8 @@ export interface Instance {
   readonly container: SwitchboardContainer.SwitchboardContainer
   /** The edge slot it fills (edges only). */
   readonly slot?: number
+  /** The replica id it logged (services that host actors), as KV records name their owner. */
+  readonly replica: () => string | undefined
 }
 
 export interface Topology {
@@ -89,7 +91,13 @@ export const topology = (env: Readonly<Record<string, string>> = {}) =>
           Effect.tapError((e) => Effect.logWarning(`${service} exited during start; starting it again`, e)),
           Effect.retry({ schedule: Schedule.spaced("1 second"), times: 3 })
         )
-        const instance: Instance = { service, name: `${service}#${++started}`, container, ...(slot === undefined ? {} : { slot }) }
+        const instance: Instance = {
+          service,
+          name: `${service}#${++started}`,
+          container,
+          ...(slot === undefined ? {} : { slot }),
+          replica: () => /hosting connection actors \(replica ([0-9a-f-]+)\)/.exec(container.output())?.[1]
+        }
         all.push(instance)
         if (service === "edge" && slot !== undefined) {
           // Listening is not serving: /readyz says the edge's NATS connection is up.

@@ -15,11 +15,13 @@ import { connect } from "@nats-io/transport-node"
 import { NatsCluster, SwitchboardImage } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow, mcpxFlow, proxyFlow } from "./Flows.ts"
+import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow, mcpxFlow, proxyFlow, TOPIC } from "./Flows.ts"
 import { Ledger, markdown } from "./Ledger.ts"
 import type { Edges } from "./Line.ts"
+import { token } from "../src/support/Stack.ts"
 import { stateOf } from "./State.ts"
 import { EDGES, type Instance, SERVICES, type Topology, topology } from "./Topology.ts"
 
@@ -32,6 +34,7 @@ const STEADY_MS = 3_000
 const RECOVERY_DEADLINE_MS = 60_000
 const RESULTS = fileURLToPath(new URL("./results.md", import.meta.url))
 const LEDGER = fileURLToPath(new URL("./ledger.json", import.meta.url))
+const LOGS = fileURLToPath(new URL("./containers.log", import.meta.url))
 
 /** The node (0, 1 or 2) that leads most of the namespace's KV streams. */
 const kvLeader = (servers: ReadonlyArray<string>, namespace: string) =>
@@ -52,6 +55,27 @@ const kvLeader = (servers: ReadonlyArray<string>, namespace: string) =>
       await nc.close()
     }
   }).pipe(Effect.retry({ times: 20 }))
+
+/** Every envelope id the topic's history holds now (at most 30 pages of 1,000). */
+const history = (http: () => string | undefined, topic: string) =>
+  Effect.gen(function*() {
+    const t = yield* token({ sub: "chaos-auditor", ttl: "1 hour" })
+    return yield* Effect.tryPromise(async () => {
+      const ids = new Set<string>()
+      let before: number | null = null
+      for (let page = 0; page < 30; page++) {
+        const res = await fetch(`${http()}/v0/topics/${encodeURIComponent(topic)}/history?limit=1000${before === null ? "" : `&before=${before}`}`, {
+          headers: { authorization: `Bearer ${t}` },
+          signal: AbortSignal.timeout(5_000)
+        })
+        const body = (await res.json()) as { readonly envelopes: ReadonlyArray<{ readonly id: string }>; readonly before: number | null }
+        for (const e of body.envelopes) ids.add(e.id)
+        if (body.before === null || body.envelopes.length === 0) break
+        before = body.before
+      }
+      return ids
+    }).pipe(Effect.orElseSucceed(() => new Set<string>()))
+  })
 
 layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServices: true, timeout: "240 seconds" })("scale-out and chaos", (it) => {
   it.scoped("every protocol keeps answering correctly through edge, replica and NATS faults and a rolling restart", () =>
@@ -144,9 +168,16 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       yield* fault(`SIGKILL ${edge0.name} (slot 0)`, topo.stop(edge0, "SIGKILL"), topo.start("edge", 0), bystanders)
 
       // 2. Each stateful service: one replica SIGKILLed (a crash), replaced; the other SIGTERMed, replaced.
+      // The replica that matters most is the one killed: the broker replica sequencing the room, or
+      // the router or registry replica owning most connections. The other one is then SIGTERMed.
       for (const service of ["router", "broker", "registry"] as const) {
-        const [first, second] = topo.live(service) as ReadonlyArray<Instance | undefined>
+        const replicas = topo.live(service)
+        const owned = yield* state.owners(service)
+        const sequencer = service === "broker" ? Option.getOrUndefined(yield* state.sequencer(TOPIC)) : undefined
+        const weight = (i: Instance) => (i.replica() === sequencer ? 1_000_000 : 0) + (owned.get(i.replica() ?? "") ?? 0)
+        const [first, second] = [...replicas].sort((a, b) => weight(b) - weight(a)) as ReadonlyArray<Instance | undefined>
         if (first === undefined || second === undefined) return yield* Effect.dieMessage(`${service} has fewer than 2 replicas`)
+        yield* Effect.logInfo(`${service}: ${replicas.map((i) => `${i.name} owns ${owned.get(i.replica() ?? "") ?? 0} connections${i.replica() === sequencer ? " and sequences the room" : ""}`).join("; ")}`)
         yield* fault(`SIGKILL ${first.name}`, topo.stop(first, "SIGKILL"), topo.start(service))
         yield* fault(`SIGTERM ${second.name}`, topo.stop(second, "SIGTERM"), topo.start(service))
       }
@@ -187,16 +218,20 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       const rows = ledger.rows(participants)
       const table = markdown(rows)
       writeFileSync(RESULTS, `${table}\n`)
+      writeFileSync(LOGS, topo.logs())
       // Everything the traffic saw, for looking into a failure after the run.
       const lost = ledger.lost(participants)
       writeFileSync(LEDGER, JSON.stringify({ phases: ledger.phases, attempts: ledger.attempts, lost, wrongEnvelopes: ledger.wrongEnvelopes }, (_, v: unknown) => (v instanceof Set ? [...v] : v)))
+      const kept = lost.length === 0 ? new Set<string>() : yield* history(http, TOPIC)
       for (const [phase, name] of ledger.phases.map((p, i) => [i, p.name] as const)) {
         const here = lost.filter((l) => l.phase === phase)
         if (here.length === 0) continue
         const by = new Map<string, number>()
         for (const l of here) for (const p of l.missing) by.set(p, (by.get(p) ?? 0) + 1)
         yield* Effect.logError(
-          `${name}: ${here.length} acknowledged envelopes not seen by ${[...by].map(([p, n]) => `${p} (${n})`).join(", ")}; acknowledged from ${
+          `${name}: ${here.length} acknowledged envelopes (${here.filter((l) => l.how === "echo").length} echoed to their sender, ${
+            here.filter((l) => l.how === "duplicate_id").length} only refused as duplicate_id when sent again; ${
+            here.filter((l) => kept.has(l.id)).length} of them in the topic's history now) not seen by ${[...by].map(([p, n]) => `${p} (${n})`).join(", ")}; acknowledged from ${
             new Date(Math.min(...here.map((l) => l.at))).toISOString()} to ${new Date(Math.max(...here.map((l) => l.at))).toISOString()}; e.g. ${here.slice(0, 5).map((l) => l.id).join(", ")}`
         )
       }
