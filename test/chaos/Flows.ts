@@ -318,7 +318,7 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
         }).pipe(Effect.catchAll(asError))
       )
     }
-    return { protocol: "mcpx" as const, name, participant: id, ready: participant.session("60 seconds"), slots: () => [participant.slot()], request }
+    return { protocol: "mcpx" as const, name, participant: id, ready: participant.session("60 seconds"), peer: participant, slots: () => [participant.slot()], request }
   })
 
 /** What each MCPx envelope of the run was sent with (shared: every participant checks what it receives). */

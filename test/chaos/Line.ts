@@ -135,6 +135,8 @@ export interface Peer<S> {
   /** Takes the session out of use while `redo` runs on its socket (a proxy client re-attaching); a failure reconnects. */
   readonly redo: (redo: (line: Line) => Effect.Effect<S, unknown>) => void
   readonly reconnects: () => number
+  /** Drops the socket, as a network blip would: the client reconnects as after any close. */
+  readonly reconnect: () => void
 }
 
 /** A client that reconnects for as long as the scope lives. */
@@ -237,6 +239,7 @@ export const peer = <S>(options: PeerOptions<S>) =>
         ),
       slot: () => current?.line.slot,
       redo,
-      reconnects: () => reconnects
+      reconnects: () => reconnects,
+      reconnect: () => current?.line.close()
     } satisfies Peer<S>
   })

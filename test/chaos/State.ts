@@ -118,13 +118,16 @@ export const stateOf = (servers: ReadonlyArray<string>, namespace: string) =>
         return lost
       })
 
-    /** How many connections each replica of `service` owns now, by replica id. */
-    const owners = (service: Subjects.ServiceName) =>
+    /** How many connections (of `users` only, if given) each replica of `service` owns now, by replica id. */
+    const owners = (service: Subjects.ServiceName, users?: ReadonlySet<string>) =>
       kv.bucket(Subjects.Bucket.connections).pipe(
         Effect.flatMap((b) => Kv.typed(b, Actors.ConnectionRecord).values()),
         Effect.map((records) => {
           const count = new Map<string, number>()
-          for (const { value } of records) if (value.service === service) count.set(value.replica, (count.get(value.replica) ?? 0) + 1)
+          for (const { value } of records) {
+            if (value.service !== service || (users !== undefined && !users.has(value.open.claims?.sub ?? ""))) continue
+            count.set(value.replica, (count.get(value.replica) ?? 0) + 1)
+          }
           return count
         }),
         Effect.retry(retry)

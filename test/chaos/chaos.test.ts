@@ -22,6 +22,7 @@ import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow,
 import { Ledger, markdown } from "./Ledger.ts"
 import type { Edges } from "./Line.ts"
 import { token } from "../src/support/Stack.ts"
+import { until } from "../src/support/Until.ts"
 import { stateOf } from "./State.ts"
 import { EDGES, type Instance, SERVICES, type Topology, topology } from "./Topology.ts"
 
@@ -167,10 +168,33 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
       yield* Effect.logInfo(`flows with no socket on slot 0: ${[...bystanders].join(", ")}`)
       yield* fault(`SIGKILL ${edge0.name} (slot 0)`, topo.stop(edge0, "SIGKILL"), topo.start("edge", 0), bystanders)
 
+      /**
+       * Until one participant's actor is on the broker replica that does not sequence the room: the
+       * case where the sequencer dies but a participant's actor lives on. Actors are placed by the
+       * queue group, so a participant reconnects until it lands there (at most 12 tries).
+       */
+      const splitRoom = Effect.gen(function*() {
+        const ids = new Set(mcpx.map((f) => f.participant))
+        for (let i = 0; i < 12; i++) {
+          const sequencer = Option.getOrUndefined(yield* state.sequencer(TOPIC))
+          const owned = yield* state.owners("broker", ids)
+          yield* Effect.logInfo(`room: sequenced by ${sequencer}; participants' actors by replica ${JSON.stringify([...owned])}`)
+          if ([...owned].some(([replica, n]) => replica !== sequencer && n > 0)) return
+          const f = mcpx[i % mcpx.length]
+          if (f === undefined) return
+          const before = f.peer.reconnects()
+          f.peer.reconnect()
+          yield* until(() => f.peer.reconnects() > before, `${f.participant} reconnected`)
+          yield* f.ready
+        }
+        yield* Effect.logWarning("every participant's actor is on the room's sequencer replica")
+      })
+
       // 2. Each stateful service: one replica SIGKILLed (a crash), replaced; the other SIGTERMed, replaced.
       // The replica that matters most is the one killed: the broker replica sequencing the room, or
       // the router or registry replica owning most connections. The other one is then SIGTERMed.
       for (const service of ["router", "broker", "registry"] as const) {
+        if (service === "broker") yield* splitRoom
         const replicas = topo.live(service)
         const owned = yield* state.owners(service)
         const sequencer = service === "broker" ? Option.getOrUndefined(yield* state.sequencer(TOPIC)) : undefined
