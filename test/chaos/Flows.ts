@@ -40,20 +40,19 @@ const failed = (detail: string): Answer => ({ outcome: "error", detail })
 /** Attempts `attempt` until it answers correctly, answers wrongly, or the policy's attempts are spent. */
 const withRetry = (ledger: Ledger, protocol: Protocol, flow: string, attempt: Effect.Effect<Answer>) =>
   Effect.gen(function*() {
-    const phase = ledger.phase
     for (let i = 0; i < Policy.attempts; i++) {
       const sentAt = Date.now()
-      const sentIn = ledger.phase
       const answer = yield* attempt
-      ledger.attempt({ protocol, flow, phase: sentIn, sentAt, outcome: answer.outcome, ...(answer.detail === undefined ? {} : { detail: answer.detail }) })
+      // Counted in the phase it ended in: an attempt in flight when a fault strikes is that fault's.
+      ledger.attempt({ protocol, flow, phase: ledger.phase, sentAt, outcome: answer.outcome, ...(answer.detail === undefined ? {} : { detail: answer.detail }) })
       // A wrong answer is not retried: the client would have taken it.
       if (answer.outcome !== "error") {
-        ledger.requests.push({ protocol, flow, phase, ok: answer.outcome === "correct" })
+        ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: answer.outcome === "correct" })
         return
       }
       yield* Effect.sleep(Policy.retryPause)
     }
-    ledger.requests.push({ protocol, flow, phase, ok: false })
+    ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: false })
   })
 
 const asError = (e: unknown): Effect.Effect<Answer> => Effect.succeed(failed(e instanceof Unanswered ? e.reason : String(e)))

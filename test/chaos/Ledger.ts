@@ -85,8 +85,8 @@ export class Ledger {
     return this.phase
   }
 
-  attempt(a: Omit<Attempt, "phase" | "endedAt"> & { readonly phase?: number }): void {
-    this.attempts.push({ phase: this.phase, ...a, endedAt: Date.now() })
+  attempt(a: Omit<Attempt, "phase" | "endedAt"> & { readonly phase: number }): void {
+    this.attempts.push({ ...a, endedAt: Date.now() })
   }
 
   seen(participant: string, id: string): void {
