@@ -50,7 +50,7 @@ const withRetry = (ledger: Ledger, protocol: Protocol, flow: string, attempt: Ef
         ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: answer.outcome === "correct" })
         return
       }
-      yield* Effect.sleep(Policy.retryPause)
+      if (i + 1 < Policy.attempts) yield* Effect.sleep(Policy.retryPause(i))
     }
     ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: false })
   })
@@ -108,7 +108,7 @@ export const proxyFlow = (ledger: Ledger, edges: Edges, k: number) =>
         return connection
       }).pipe(
         // The extension may be reconnecting itself: not found until it is back.
-        Effect.retry({ schedule: Schedule.spaced(Policy.retryPause), times: 30 })
+        Effect.retry({ schedule: Schedule.spaced(Policy.retryPause(0)), times: 30 })
       )
     const client = yield* peer({
       name: `${name} client`,

@@ -26,10 +26,14 @@ export class Unanswered extends Data.TaggedError("Unanswered")<{ readonly reason
 export const Policy = {
   /** A request with no answer this long is given up on and sent again. */
   answerTimeout: Duration.seconds(3),
-  /** Attempts per request (the first included); ~20 s with the timeouts and pauses. */
-  attempts: 5,
-  /** The pause before a request is sent again. */
-  retryPause: Duration.millis(250),
+  /**
+   * Attempts per request (the first included). With the pauses, a request that fails at once keeps
+   * trying for ~8 s, past a crashed replica's adoption (its heartbeat key expires after 6 s); one
+   * that times out every time, for ~26 s.
+   */
+  attempts: 6,
+  /** The pause before a request is sent again: 250 ms, doubling each time. */
+  retryPause: (attempt: number) => Duration.millis(250 * 2 ** attempt),
   /** Reconnect backoff: 100 ms, doubling, at most 2 s, to the same edge slot if it serves, else the next. */
   reconnectFirst: 100,
   reconnectMax: 2_000,
