@@ -2,7 +2,7 @@ import { defineConfig } from "vitest/config"
 
 export default defineConfig({
   test: {
-    include: ["libs/*/test/**/*.test.ts", "services/*/test/**/*.test.ts", "clients/*/test/**/*.test.ts", "test/src/**/*.test.ts"],
+    include: ["libs/*/test/**/*.test.ts", "services/*/test/**/*.test.ts", "clients/*/test/**/*.test.ts", "test/src/**/*.test.ts", "test/chaos/**/*.test.ts"],
     // Paths, not package imports: vitest transforms TypeScript given by path.
     globalSetup: ["./libs/testing/src/globalSetup.ts"],
     reporters: ["default", "./libs/testing/src/SummaryReporter.ts"],

@@ -7,7 +7,7 @@ import { buildSwitchboardImage, ensureNodeImage, ownerLabel, removeSwitchboardIm
 import { freePorts } from "./FreePorts.ts";
 
 export class SwitchboardContainerError extends Data.TaggedError("SwitchboardContainerError")<{
-  readonly reason: "ImageBuild" | "ContainerStart" | "Exec" | "ContainerStop";
+  readonly reason: "ImageBuild" | "ContainerStart" | "Exec" | "ContainerStop" | "ContainerKill";
   readonly cause: unknown;
 }> {
   override get message(): string {
@@ -78,6 +78,11 @@ export interface SwitchboardContainer {
   readonly exec: (command: ReadonlyArray<string>) => Effect.Effect<{ readonly exitCode: number; readonly output: string }, SwitchboardContainerError>;
   /** `docker stop`: SIGTERM, then SIGKILL after `grace`. The container stays until the scope closes. */
   readonly stop: (grace: Duration.DurationInput) => Effect.Effect<StoppedContainer, SwitchboardContainerError>;
+  /**
+   * Sends `signal` (SIGKILL when omitted: a crash, with no chance to clean up) and returns once the
+   * container has exited. The container stays until the scope closes, so its output can be read.
+   */
+  readonly kill: (signal?: NodeJS.Signals) => Effect.Effect<StoppedContainer, SwitchboardContainerError>;
 }
 
 /**
@@ -132,6 +137,24 @@ export const start = (options: SwitchboardContainerOptions) =>
       );
       return { exitCode: StatusCode, took: Duration.millis(Date.now() - startedAt) };
     });
+    const kill = Effect.fn("SwitchboardContainer.kill")(function* (signal: NodeJS.Signals = "SIGKILL") {
+      const startedAt = Date.now();
+      const { StatusCode } = yield* Effect.tryPromise({
+        try: async () => {
+          const docker = (await getContainerRuntimeClient()).container.getById(started.getId());
+          await docker.kill({ signal });
+          return (await docker.wait()) as { readonly StatusCode: number };
+        },
+        catch: (cause) => new SwitchboardContainerError({ reason: "ContainerKill", cause })
+      }).pipe(
+        // SIGKILL ends a process at once; a signal the process handles gets a graceful shutdown's time.
+        Effect.timeoutFail({
+          duration: "30 seconds",
+          onTimeout: () => new SwitchboardContainerError({ reason: "ContainerKill", cause: `the container did not exit within 30 s of ${signal}` })
+        })
+      );
+      return { exitCode: StatusCode, took: Duration.millis(Date.now() - startedAt) };
+    });
     return {
       id: started.getId(),
       url: `http://127.0.0.1:${port}`,
@@ -148,7 +171,8 @@ export const start = (options: SwitchboardContainerOptions) =>
           }),
           Effect.map(({ exitCode, output }) => ({ exitCode, output }))
         ),
-      stop
+      stop,
+      kill
     } satisfies SwitchboardContainer;
   });
 
