@@ -12,7 +12,7 @@
  *  release ───────────────────────▶  sends the buffered frames, now to the new owner
  */
 import { Handoff } from "@switchboard/protocol"
-import * as Duration from "effect/Duration"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
