@@ -105,5 +105,5 @@ describe("router hand-off", () => {
       mcp.send({ jsonrpc: "2.0", id: "last", method: "getTabs" })
       const last = yield* next(ext)
       expect(last.id).toBe(`${connectionId}:last`)
-    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 30_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })
