@@ -131,6 +131,12 @@ export interface HostOptions<R> {
    * is not handed over by then is adopted from KV as after a crash.
    */
   readonly shutdownGrace?: Duration.DurationInput
+  /**
+   * Whether a stopping replica hands its actors over (default true). A service whose actors
+   * depend on other state of the replica (the broker's topic sequencers) opts out until it
+   * releases that state first; its actors are then adopted from KV as after a crash.
+   */
+  readonly handoff?: boolean
 }
 
 /** Hand-offs of one replica, for its metrics (`switchboard_handoffs_total{service}`). */
@@ -674,7 +680,7 @@ export const host = <R>(options: HostOptions<R>) =>
     // Registered last, so it runs first when this replica stops: while its heartbeat still says it
     // is alive (no survivor adopts from KV meanwhile) and its actors still run.
     // Finalizers run uninterruptibly; the hand-off's timeouts and races must be able to interrupt.
-    yield* Effect.addFinalizer(() => Effect.interruptible(handOverAll))
+    if (options.handoff !== false) yield* Effect.addFinalizer(() => Effect.interruptible(handOverAll))
 
     yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
     return { replica, handoffs: counts as Readonly<HandoffCounts> }
