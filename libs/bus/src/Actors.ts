@@ -4,13 +4,11 @@
  * connection's subject, records ownership in KV, and only then answers, so the edge never sends a
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  */
-import { Edge } from "@switchboard/protocol"
-import * as Cause from "effect/Cause"
+import { Edge, type Handoff as HandoffProtocol } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import type * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -18,7 +16,9 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { Bus, type BusMessage, type BusShape, type Headers, text, toBytes } from "./Bus.ts"
+import * as Handoff from "./Handoff.ts"
 import { Kv, typed, type TypedBucket } from "./Kv.ts"
+import { Mailbox } from "./Mailbox.ts"
 import * as Subjects from "./Subjects.ts"
 
 export interface Frame {
@@ -94,6 +94,12 @@ export interface Actor<R = never> {
   /** A message from another actor (see `Connection.peer`); it may carry a reply subject. */
   readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
+  /**
+   * Its replica stops and hands the connection to another: what it keeps only in memory (requests
+   * in flight), as JSON, for `make`'s `handedOver` there. Its mailbox is handled up to here, and
+   * what it keeps in KV is saved.
+   */
+  readonly onHandoff?: () => unknown
 }
 
 /** Refuse a connection at open time; the edge closes it with this code and reason. */
@@ -113,13 +119,34 @@ export interface HostOptions<R> {
    * connection from one that stopped or died: the actor rebuilds its state from KV and does not
    * greet the client again.
    */
-  readonly make: (connection: Connection, restored: boolean) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
+  readonly make: (connection: Connection, restored: boolean, handedOver?: unknown) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
   /** How often to look for connections whose edge died without saying so. */
   readonly edgeCheckInterval?: Duration.DurationInput
   /** How often a replica renews its liveness key; survivors adopt its connections once it lapses (3 intervals). */
   readonly replicaHeartbeat?: Duration.DurationInput
   /** This replica's id, when the service needs it too (its liveness key is `Key.replica(service, id)`). */
   readonly replica?: string
+  /**
+   * How long this replica may take, when it stops, to hand its connections to the others; what
+   * is not handed over by then is adopted from KV as after a crash.
+   */
+  readonly shutdownGrace?: Duration.DurationInput
+  /**
+   * Whether a stopping replica hands its actors over (default true). A service whose actors
+   * depend on other state of the replica (the broker's topic sequencers) opts out until it
+   * releases that state first; its actors are then adopted from KV as after a crash.
+   */
+  readonly handoff?: boolean
+}
+
+/** Hand-offs of one replica, for its metrics (`switchboard_handoffs_total{service}`). */
+export interface HandoffCounts {
+  /** Connections this replica handed to another as it stopped. */
+  handedOver: number
+  /** Connections another replica handed to this one. */
+  adopted: number
+  /** Connections this replica could not hand over as it stopped (left for adoption from KV). */
+  failed: number
 }
 
 /** An actor record in the `connections` bucket. */
@@ -279,66 +306,6 @@ const deliverHeaders = (name: string, value: string, traceparent: string | undef
     ? { [Subjects.Header.op]: "deliver", [name]: value }
     : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
 
-type Envelope = BusMessage | "edge-lost"
-
-/**
- * An actor's mailbox: messages are handled one at a time, in arrival order. A handler that
- * finishes synchronously runs right where the message arrives, with no fiber to wake; one that
- * returns an Effect is forked, and the mailbox waits for it before the next message. Messages that
- * arrive while a message is being handled (a local peer's answer, say) are queued, never handled
- * inside it.
- */
-class Mailbox<R> {
-  private readonly queue: Array<Envelope> = []
-  private head = 0
-  private handler: ((m: Envelope) => Effect.Effect<void, never, R> | void) | undefined
-  private busy = true
-  constructor(private readonly fork: (work: Effect.Effect<void, never, R>) => Fiber.RuntimeFiber<void, never>) {}
-
-  offer(m: Envelope) {
-    this.queue.push(m)
-    if (!this.busy) this.drain()
-  }
-  /** Begins handling, including what arrived before the actor was ready. */
-  start(handler: (m: Envelope) => Effect.Effect<void, never, R> | void) {
-    this.handler = handler
-    this.busy = false
-    this.drain()
-  }
-  /** Ignores everything from now on. */
-  stop() {
-    this.busy = true
-    this.queue.length = 0
-    this.head = 0
-  }
-  private drain() {
-    const handler = this.handler
-    if (handler === undefined) return
-    this.busy = true
-    while (this.head < this.queue.length) {
-      const m = this.queue[this.head]!
-      this.head++
-      let work: Effect.Effect<void, never, R> | void
-      try {
-        work = handler(m)
-      } catch (cause) {
-        // As a defect, so the logger prints the error's message and stack, not `{}`.
-        work = Effect.logError("actor handler threw", Cause.die(cause))
-      }
-      if (work !== undefined) {
-        this.fork(work).addObserver(() => {
-          this.busy = false
-          this.drain()
-        })
-        return
-      }
-    }
-    this.queue.length = 0
-    this.head = 0
-    this.busy = false
-  }
-}
-
 /** Hosts the actors of one service until the scope closes. */
 export const host = <R>(options: HostOptions<R>) =>
   Effect.gen(function*() {
@@ -369,24 +336,53 @@ export const host = <R>(options: HostOptions<R>) =>
       }
     }
 
+    /** This replica's actors, each as a hand-off needs it. */
+    const hosted = new Map<Subjects.ConnId, Handoff.Handover<R>>()
+    /** Actors adopted by hand-off whose mailbox waits for what the old owner forwards. */
+    const awaitingForward = new Map<Subjects.ConnId, (forwarded: ReadonlyArray<BusMessage>) => void>()
+    /** Ends a handed-over actor without `onClosed`. */
+    const enders = new Map<Subjects.ConnId, () => void>()
+    /** Actors being built; a stopping replica waits for them before it hands its actors over. */
+    let starting = 0
+    const counts: HandoffCounts = { handedOver: 0, adopted: 0, failed: 0 }
+    const grace = Duration.decode(options.shutdownGrace ?? "10 seconds")
+    const queue = Subjects.Queue.service(options.service)
+
+    /** A hand-off's adopter: the state the actor had in memory, and the answer the old owner waits for. */
+    interface Adoption {
+      readonly state: unknown
+      readonly claim: Effect.Effect<boolean>
+    }
+
     /**
      * Runs one connection's actor: subscribe, build, then handle its mailbox in order until the
-     * socket closes. `answer` tells the edge (on open) whether the actor took the connection.
+     * socket closes. `answer` tells the edge (on open), or the replica handing it over, whether
+     * the actor took the connection.
      */
     const run = (
       connId: Subjects.ConnId,
       edgeId: Subjects.EdgeId,
       event: Edge.OpenEvent,
       restored: boolean,
-      answer: (reply: Edge.OpenReply) => Effect.Effect<void>
+      answer: (reply: Edge.OpenReply) => Effect.Effect<void>,
+      adoption?: Adoption
     ) => {
       const mailbox = new Mailbox<R>(runFork)
       // A Streamable HTTP session outlives any edge: a dead edge's sweep must not end it.
       const http = event.transport === "http"
       const subject = Subjects.conn(options.service, connId)
+      starting++
+      let started = false
+      const ready = () => {
+        if (!started) starting--
+        started = true
+      }
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
       return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
-        yield* Scope.extend(bus.subscribe(subject, (m) => mailbox.offer(m)), scope)
+        // A queue group of one, but for a hand-off, when the old and the new owner share it.
+        const subscription = yield* Scope.extend(bus.subscribe(subject, (m) => mailbox.offer(m), { queue }), scope)
+        // The old owner leaves once this returns: the server must know the new member by then.
+        if (adoption !== undefined) yield* bus.flush
         const connection: Connection = {
           id: connId,
           edge: edgeId,
@@ -399,18 +395,19 @@ export const host = <R>(options: HostOptions<R>) =>
               bus.unsafePublish(subject, "", { [Subjects.Header.op]: "closed", [Subjects.Header.code]: String(code), [Subjects.Header.reason]: reason })
             : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
         }
-        const made = yield* Effect.exit(Scope.extend(options.make(connection, restored), scope))
-        if (Exit.isFailure(made)) {
-          const refusal = Exit.causeOption(made).pipe(
-            Option.flatMap((cause) => (cause._tag === "Fail" ? Option.some(cause.error) : Option.none()))
-          )
+        const made = yield* Effect.exit(Scope.extend(options.make(connection, restored, adoption?.state), scope))
+        const claimed = Exit.isSuccess(made) && adoption !== undefined ? yield* adoption.claim : true
+        if (Exit.isFailure(made) || !claimed) {
+          const refusal = Exit.isFailure(made)
+            ? Exit.causeOption(made).pipe(Option.flatMap((cause) => (cause._tag === "Fail" ? Option.some(cause.error) : Option.none())))
+            : Option.some(new Refuse(Edge.CloseCode.InternalError, "another replica owns the connection"))
           yield* answer(
             Option.match(refusal, {
               onNone: () => ({ ok: false, code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
               onSome: (r) => ({ ok: false, code: r.code, reason: r.reason })
             })
           )
-          yield* Scope.close(scope, made)
+          yield* Scope.close(scope, Exit.void)
           return
         }
         const actor = made.value
@@ -420,30 +417,78 @@ export const host = <R>(options: HostOptions<R>) =>
           local.set(connId, mailbox)
         }
         owned.set(connId, mailbox)
-        yield* answer({ ok: true })
 
-        const closed = yield* Deferred.make<readonly [number, string]>()
-        mailbox.start((m) => {
-          if (m === "edge-lost") return void Deferred.unsafeDone(closed, Exit.succeed([1006, "edge lost"] as const))
-          const op = m.header(Subjects.Header.op)
-          if (op === "frame") return actor.onFrame(new IncomingFrame(m))
-          if (op === "peer") return actor.onPeer?.(m)
-          if (op === "closed") {
-            const code = Number(m.header(Subjects.Header.code) ?? 1005)
-            Deferred.unsafeDone(closed, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))
+        /** Ends the actor: the socket closed, its edge is gone, or it was handed over. */
+        const ended = yield* Deferred.make<readonly [number, string] | "handed-over">()
+        let marker: readonly [string, () => void] | undefined
+        hosted.set(connId, {
+          conn: connId,
+          edge: edgeId,
+          open: event,
+          http,
+          mailbox,
+          subscription,
+          state: () => actor.onHandoff?.(),
+          ended: Effect.asVoid(Deferred.await(ended)),
+          expectMarker: (token, reached) => {
+            marker = [token, reached]
+          },
+          disown: () => {
+            owned.delete(connId)
+            hosted.delete(connId)
           }
         })
-        const [code, reason] = yield* Deferred.await(closed)
+        enders.set(connId, () => Deferred.unsafeDone(ended, Exit.succeed("handed-over" as const)))
+        // What reached the old owner after it paused comes first, then what came here: the
+        // forward may arrive as soon as the old owner hears the answer.
+        const forwarded = yield* Deferred.make<ReadonlyArray<BusMessage>>()
+        if (adoption !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
+        ready()
+        yield* answer({ ok: true })
+
+        const begin = () =>
+          mailbox.start((m) => {
+            if (m === "edge-lost") return void Deferred.unsafeDone(ended, Exit.succeed([1006, "edge lost"] as const))
+            const op = m.header(Subjects.Header.op)
+            if (op === "frame") return actor.onFrame(new IncomingFrame(m))
+            if (op === "peer") return actor.onPeer?.(m)
+            if (op === "closed") {
+              const code = Number(m.header(Subjects.Header.code) ?? 1005)
+              Deferred.unsafeDone(ended, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))
+            } else if (op === "marker" && marker !== undefined && marker[0] === m.header(Subjects.Header.handoff)) {
+              // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
+              mailbox.pause(marker[1])
+            }
+          })
+        if (adoption === undefined) begin()
+        else {
+          const messages = yield* Deferred.await(forwarded).pipe(
+            Effect.timeout(grace),
+            Effect.tapError(() => Effect.logWarning("the replica that handed this connection over forwarded nothing; starting without")),
+            Effect.orElseSucceed((): ReadonlyArray<BusMessage> => [])
+          )
+          awaitingForward.delete(connId)
+          mailbox.prepend(messages)
+          begin()
+        }
+        const end = yield* Deferred.await(ended)
         mailbox.stop()
+        // Handed over: the adopter owns the connection, its record and its session now.
+        if (end === "handed-over") return
+        const [code, reason] = end
         if (actor.onClosed) yield* actor.onClosed(code, reason)
         yield* connections.delete(connId).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
       }).pipe(Effect.onExit((exit) => Scope.close(scope, exit)))).pipe(
-        // When this replica stops, its actors end without `onClosed`: their state stays in KV for
-        // the replica that adopts them.
+        // When this replica stops, an actor it could not hand over ends without `onClosed`: its
+        // state stays in KV for the replica that adopts it.
         Effect.ensuring(
           Effect.sync(() => {
+            ready()
             mailbox.stop()
             owned.delete(connId)
+            hosted.delete(connId)
+            enders.delete(connId)
+            awaitingForward.delete(connId)
             const local = byEdge.get(edgeId)
             local?.delete(connId)
             if (local?.size === 0) byEdge.delete(edgeId)
@@ -459,30 +504,119 @@ export const host = <R>(options: HostOptions<R>) =>
         .put(connId, { service: options.service, replica, edge: edgeId, open: event })
         .pipe(Effect.catchAll((e) => Effect.logWarning("could not record connection ownership", e)))
 
-    yield* bus.subscribe(
-      Subjects.open(options.service),
-      (m) => {
-        const connId = m.header(Subjects.Header.conn)
-        const edgeId = m.header(Subjects.Header.edge)
-        const event = decodeOpen(text(m))
-        if (connId === undefined || edgeId === undefined || event._tag === "Left") {
-          runFork(Effect.logWarning(`ignoring a malformed open event on ${m.subject}`))
-          return
-        }
-        const id = Subjects.ConnId(connId)
-        const edge = Subjects.EdgeId(edgeId)
-        // Ownership is recorded before the edge hears "ok", so a replica that dies right after
-        // still leaves a record to adopt.
-        runFork(
-          run(id, edge, event.right, false, (reply) =>
-            Effect.zipRight(
-              reply.ok ? record(id, edge, event.right) : Effect.void,
-              bus.respond(m, encodeOpenReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer an open request", e)))
-            ))
-        )
-      },
-      { queue: Subjects.Queue.service(options.service) }
+    // What comes in through the service's queue groups (new connections, hand-offs) stops first
+    // when this replica stops, so that its own hand-off requests go to the others.
+    const intake = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
+    const opens = yield* Scope.extend(
+      bus.subscribe(
+        Subjects.open(options.service),
+        (m) => {
+          const connId = m.header(Subjects.Header.conn)
+          const edgeId = m.header(Subjects.Header.edge)
+          const event = decodeOpen(text(m))
+          if (connId === undefined || edgeId === undefined || event._tag === "Left") {
+            runFork(Effect.logWarning(`ignoring a malformed open event on ${m.subject}`))
+            return
+          }
+          const id = Subjects.ConnId(connId)
+          const edge = Subjects.EdgeId(edgeId)
+          // Ownership is recorded before the edge hears "ok", so a replica that dies right after
+          // still leaves a record to adopt.
+          runFork(
+            run(id, edge, event.right, false, (reply) =>
+              Effect.zipRight(
+                reply.ok ? record(id, edge, event.right) : Effect.void,
+                bus.respond(m, encodeOpenReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer an open request", e)))
+              ))
+          )
+        },
+        { queue }
+      ),
+      intake
     )
+
+    // --- hand-off: adopting a stopping replica's connections, and handing ours over ---------
+
+    const adoptions = yield* Scope.extend(
+      bus.subscribe(
+        Subjects.handoff(options.service),
+        (m) => {
+          const request = Handoff.decodeAdopt(text(m))
+          if (request._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed hand-off request"))
+          const { conn, edge, from, open, state } = request.right
+          const id = Subjects.ConnId(conn)
+          const respond = (reply: HandoffProtocol.AdoptReply) =>
+            bus.respond(m, Handoff.encodeAdoptReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer a hand-off request", e)))
+          // The record names the replica handing over until this one takes it, compare-and-set:
+          // a survivor's sweep cannot adopt the connection a second time meanwhile.
+          const claim = connections.get(conn).pipe(
+            Effect.flatMap(Option.match({
+              onNone: () => Effect.succeed(false),
+              onSome: (found) =>
+                found.value.replica !== from
+                  ? Effect.succeed(false)
+                  : connections.update(conn, { ...found.value, replica }, found.revision).pipe(Effect.as(true))
+            })),
+            Effect.orElseSucceed(() => false)
+          )
+          runFork(
+            run(id, Subjects.EdgeId(edge), open, true, (reply) =>
+              Effect.zipRight(
+                Effect.sync(() => {
+                  if (reply.ok) counts.adopted++
+                }),
+                respond(reply.ok ? { ok: true, replica } : { ok: false, reason: reply.reason })
+              ), { state, claim })
+          )
+        },
+        { queue }
+      ),
+      intake
+    )
+
+    yield* bus.subscribe(Subjects.replicaInbox(options.service, replica), (m) => {
+      const forward = Handoff.decodeForward(text(m))
+      if (forward._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed forward of a hand-off"))
+      const subject = Subjects.conn(options.service, Subjects.ConnId(forward.right.conn))
+      awaitingForward.get(Subjects.ConnId(forward.right.conn))?.(forward.right.messages.map((f) => new Handoff.ForwardedMessage(subject, f)))
+      runFork(bus.respond(m, "").pipe(Effect.ignore))
+    })
+
+    /** Hands every actor to the others; whatever is not handed over in time stays for adoption. */
+    const handOverAll = Effect.gen(function*() {
+      yield* Effect.all([opens.drain, adoptions.drain], { concurrency: "unbounded", discard: true })
+      // Opens that reached this replica before it left the queue group may still be starting.
+      const deadline = Date.now() + Duration.toMillis(grace) / 2
+      while (starting > 0 && Date.now() < deadline) yield* Effect.sleep("5 millis")
+      const all = [...hosted.values()]
+      if (all.length === 0) return
+      const done = yield* Effect.forEach(
+        all,
+        (h) =>
+          Handoff.handOver(bus, options.service, replica, h, grace).pipe(
+            Effect.tap(() =>
+              Effect.sync(() => {
+                counts.handedOver++
+                // TODO(metrics): switchboard_handoffs_total{service} += 1 here (or export `counts`).
+                enders.get(h.conn)?.()
+              })
+            ),
+            Effect.as(true),
+            Effect.catchAll((e) => Effect.as(Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`), false)),
+            Effect.catchAllDefect((d) => Effect.as(Effect.logWarning("hand-off failed", d), false))
+          ),
+        { concurrency: 256 }
+      ).pipe(Effect.timeout(grace), Effect.orElseSucceed(() => [] as Array<boolean>))
+      const handed = done.filter((ok) => ok).length
+      counts.failed += all.length - handed
+      if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
+      else {
+        yield* Effect.logWarning(
+          `handed ${handed} of ${all.length} connections over; the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
+        )
+      }
+    })
+
 
     // --- liveness: this replica's heartbeat, and adoption of connections whose replica lapsed ---
 
@@ -543,5 +677,11 @@ export const host = <R>(options: HostOptions<R>) =>
       }
     }).pipe(Effect.repeat(Schedule.spaced(options.edgeCheckInterval ?? "5 seconds")), Effect.forkScoped)
 
+    // Registered last, so it runs first when this replica stops: while its heartbeat still says it
+    // is alive (no survivor adopts from KV meanwhile) and its actors still run.
+    // Finalizers run uninterruptibly; the hand-off's timeouts and races must be able to interrupt.
+    if (options.handoff !== false) yield* Effect.addFinalizer(() => Effect.interruptible(handOverAll))
+
     yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
+    return { replica, handoffs: counts as Readonly<HandoffCounts> }
   })

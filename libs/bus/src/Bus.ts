@@ -44,6 +44,15 @@ export interface SubscribeOptions {
   readonly queue?: string
 }
 
+/** A live subscription; closing its scope stops it at once. */
+export interface Subscription {
+  /**
+   * Stops it gracefully: the server is told, and every message it routed here before it knew is
+   * still handed to the handler. A queue member that leaves this way loses nothing to the gap.
+   */
+  readonly drain: Effect.Effect<void>
+}
+
 export interface RequestOptions {
   readonly headers?: Headers
   readonly timeout?: Duration.DurationInput
@@ -61,7 +70,7 @@ export interface BusShape {
     subject: string,
     handler: (message: BusMessage) => void,
     options?: SubscribeOptions
-  ) => Effect.Effect<void, BusError, Scope.Scope>
+  ) => Effect.Effect<Subscription, BusError, Scope.Scope>
   readonly stream: (subject: string, options?: SubscribeOptions) => Stream.Stream<BusMessage, BusError>
   readonly request: (
     subject: string,
@@ -70,6 +79,11 @@ export interface BusShape {
   ) => Effect.Effect<BusMessage, NoResponders | RequestTimeout | BusError>
   /** Answers a request; does nothing for a message that carries no reply subject. */
   readonly respond: (message: BusMessage, data: Uint8Array | string, headers?: Headers) => Effect.Effect<void, BusError>
+  /**
+   * Completes once the server has seen everything this process sent before, subscriptions
+   * included: after it, a new queue member gets its share of what others publish.
+   */
+  readonly flush: Effect.Effect<void, BusError>
   /** Flushes what was published and stops all subscriptions. Idempotent. */
   readonly drain: Effect.Effect<void>
   /** Whether the bus can currently reach its peers (NATS connected; the embedded bus is always). */

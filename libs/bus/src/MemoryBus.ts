@@ -83,6 +83,11 @@ export const makeBus = (): BusShape => {
     }
     if (groups) {
       for (const [queue, members] of groups) {
+        // One member (every actor's subject, but during a hand-off): no turn to keep.
+        if (members.length === 1) {
+          members[0]!.handler(message)
+          continue
+        }
         const key = `${queue} ${message.subject}`
         const turn = roundRobin.get(key) ?? 0
         roundRobin.set(key, turn + 1)
@@ -129,6 +134,7 @@ export const makeBus = (): BusShape => {
     }
   }
   const remove = (s: Subscriber) => {
+    if (s.queue !== undefined) roundRobin.delete(`${s.queue} ${s.subject}`)
     if (isWildcard(s.subject)) {
       const i = wildcard.indexOf(s)
       if (i >= 0) wildcard.splice(i, 1)
@@ -150,7 +156,11 @@ export const makeBus = (): BusShape => {
         return Effect.succeed(s)
       }),
       (s) => Effect.sync(() => remove(s))
-    ).pipe(Effect.asVoid)
+    ).pipe(
+      // Deliveries are looked up when they run, so a member that leaves misses nothing: what was
+      // published before goes to the members left.
+      Effect.map((s) => ({ drain: Effect.sync(() => remove(s)) }))
+    )
 
   const stream: BusShape["stream"] = (subject, options) =>
     Stream.asyncScoped<BusMessage, BusError>((emit) =>
@@ -196,7 +206,7 @@ export const makeBus = (): BusShape => {
     wildcard.length = 0
   })
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, drain, isConnected: () => !isClosed }
+  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, isConnected: () => !isClosed }
 }
 
 /**

@@ -161,8 +161,10 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
           }),
         catch: busError("Subscribe", `subscribe to ${subject} failed`)
       }),
-      (sub) => Effect.sync(() => sub.unsubscribe())
-    ).pipe(Effect.asVoid)
+      (sub) => Effect.sync(() => sub.isClosed() || sub.unsubscribe())
+    ).pipe(Effect.map((sub) => ({
+      drain: Effect.promise(() => (sub.isClosed() || nc.isClosed() ? Promise.resolve() : sub.drain().catch(() => undefined)))
+    })))
 
   const stream: BusShape["stream"] = (subject, options) =>
     Stream.asyncScoped<BusMessage, BusError>((emit) => subscribe(subject, (m) => void emit.single(m), options))
@@ -193,9 +195,11 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
     })
   }
 
+  const flush = Effect.tryPromise({ try: () => nc.flush(), catch: busError("Publish", "flush failed") })
+
   const drain = Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, drain, isConnected: () => !nc.isClosed() && !nc.isDraining() }
+  return { publish, unsafePublish, subscribe, stream, request, respond, flush, drain, isConnected: () => !nc.isClosed() && !nc.isDraining() }
 }
 
 const toEntry = (e: NatsKvEntry): KvEntry => ({

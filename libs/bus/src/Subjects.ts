@@ -44,6 +44,8 @@ export const Header = {
   eventId: "sb-event-id",
   /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
   lastEventId: "sb-last-event-id",
+  /** On a hand-off's `hold` to the edge and the marker the edge puts on the connection's subject: which hand-off. */
+  handoff: "sb-handoff",
   traceparent: "traceparent",
   tracestate: "tracestate"
 } as const
@@ -51,13 +53,22 @@ export const Header = {
 /**
  * `open` and `closed` are lifecycle events from the edge, `frame` is a client frame, `deliver`
  * and `close` are instructions to the edge, and `peer` is a message from one actor to another.
+ * A hand-off (a replica stopping) adds `hold` and `release` to the edge, and `marker`, which the
+ * held edge puts on the connection's subject after the last frame the old owner must handle.
  */
-export type Op = "open" | "frame" | "closed" | "deliver" | "close" | "peer"
+export type Op = "open" | "frame" | "closed" | "deliver" | "close" | "peer" | "hold" | "release" | "marker"
 
 /** A connection's open event: a request to the service's queue group, answered once its actor listens. */
 export const open = (service: ServiceName): string => `${service}.open`
 /** Frames and lifecycle of one connection, consumed by the actor that owns it. */
 export const conn = (service: ServiceName, connId: ConnId): string => `${service}.conn.${connId}`
+/**
+ * A stopping replica asks the service's other replicas (its queue group, which it has left) to
+ * adopt one of its connections (request/reply).
+ */
+export const handoff = (service: ServiceName): string => `${service}.handoff`
+/** One replica's own inbox: what a stopping replica forwards with a connection it handed to it. */
+export const replicaInbox = (service: ServiceName, replica: string): string => `${service}.replica.${tokenOf(replica)}`
 /** Everything for the sockets of one edge process: deliveries and close instructions. */
 export const edgeOut = (edgeId: EdgeId): string => `edge.${edgeId}.out`
 /** One MCPx topic's sequencer: every accepted envelope, join and leave of the topic, in order. */

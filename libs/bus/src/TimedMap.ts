@@ -1,3 +1,6 @@
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+
 /**
  * A Map whose entries expire a fixed time after they were set: an actor's requests in flight, each
  * of which must be answered or timed out. One timer serves the whole map, where a timer per entry
@@ -6,7 +9,16 @@
  * the oldest entry's deadline needs a timer.
  */
 export class TimedMap<K, V> {
-  private readonly entries = new Map<K, { readonly value: V; readonly expiresAt: number }>()
+  /**
+   * A map that stops with the scope: an actor's pending requests must not expire after the actor
+   * ended (handed over or stopped with its replica), when their errors would go out on a bus that
+   * drains, or to a client the new owner already answers.
+   */
+  static make<K, V>(millis: number, onExpired: (key: K, value: V) => void): Effect.Effect<TimedMap<K, V>, never, Scope.Scope> {
+    return Effect.acquireRelease(Effect.sync(() => new TimedMap<K, V>(millis, onExpired)), (map) => Effect.sync(() => map.clear()))
+  }
+
+  private readonly entries_ = new Map<K, { readonly value: V; readonly expiresAt: number }>()
   private timer: ReturnType<typeof setTimeout> | undefined
 
   constructor(
@@ -16,36 +28,39 @@ export class TimedMap<K, V> {
   ) {}
 
   get size() {
-    return this.entries.size
+    return this.entries_.size
   }
   has(key: K) {
-    return this.entries.has(key)
+    return this.entries_.has(key)
   }
   get(key: K): V | undefined {
-    return this.entries.get(key)?.value
+    return this.entries_.get(key)?.value
   }
   /** Adds or replaces an entry; either way its time starts now. */
   set(key: K, value: V) {
-    this.entries.delete(key)
-    this.entries.set(key, { value, expiresAt: performance.now() + this.millis })
+    this.entries_.delete(key)
+    this.entries_.set(key, { value, expiresAt: performance.now() + this.millis })
     if (this.timer === undefined) this.arm()
   }
   delete(key: K) {
-    return this.entries.delete(key)
+    return this.entries_.delete(key)
+  }
+  *entries(): IterableIterator<readonly [K, V]> {
+    for (const [key, entry] of this.entries_) yield [key, entry.value]
   }
   *values(): IterableIterator<V> {
-    for (const entry of this.entries.values()) yield entry.value
+    for (const entry of this.entries_.values()) yield entry.value
   }
   /** Empties the map and stops its timer; nothing expires. */
   clear() {
-    this.entries.clear()
+    this.entries_.clear()
     if (this.timer !== undefined) clearTimeout(this.timer)
     this.timer = undefined
   }
 
   private arm() {
     this.timer = undefined
-    for (const { expiresAt } of this.entries.values()) {
+    for (const { expiresAt } of this.entries_.values()) {
       // Whole milliseconds: Node keeps one timer list per distinct duration.
       this.timer = setTimeout(this.expire, Math.max(1, Math.ceil(expiresAt - performance.now())))
       return
@@ -54,9 +69,9 @@ export class TimedMap<K, V> {
 
   private readonly expire = () => {
     const now = performance.now()
-    for (const [key, { expiresAt, value }] of this.entries) {
+    for (const [key, { expiresAt, value }] of this.entries_) {
       if (expiresAt > now) break
-      this.entries.delete(key)
+      this.entries_.delete(key)
       this.onExpired(key, value)
     }
     this.arm()

@@ -4,6 +4,7 @@
  * (`access_token`) a day after the spec was written; both spellings are accepted.
  */
 import * as Schema from "effect/Schema"
+import { Id } from "./JsonRpc.ts"
 
 export const ReservedPrefixes = ["proxy:", "ext:"] as const
 
@@ -57,6 +58,23 @@ export const SessionRecord = Schema.Union(
   Schema.Struct({ role: Schema.Literal("client"), user: Schema.String, connectionId: Schema.optional(Schema.String) })
 )
 export type SessionRecord = typeof SessionRecord.Type
+
+/**
+ * What a router actor keeps only in memory, handed to the replica that adopts its socket when its
+ * own stops: a client's requests in flight (mapped id → its own id), an extension's internal
+ * requests (`proxy:` id → where the answer goes). Their answers then reach the adopter.
+ */
+export const HandoffState = Schema.Union(
+  Schema.Struct({
+    role: Schema.Literal("client"),
+    pending: Schema.Array(Schema.Struct({ mapped: Schema.String, id: Id, method: Schema.String }))
+  }),
+  Schema.Struct({
+    role: Schema.Literal("extension"),
+    internal: Schema.Array(Schema.Struct({ id: Schema.String, reply: Schema.String }))
+  })
+)
+export type HandoffState = typeof HandoffState.Type
 
 /** Client actor → extension actor (a request): attach a new proxy connection. */
 export const Attach = Schema.Struct({

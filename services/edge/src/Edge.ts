@@ -66,8 +66,14 @@ interface Socket {
   readonly limitedHeaders: Bus.Headers
   readonly budget: RateBudget
   state: "opening" | "open" | "closed"
-  /** Frames that arrived before the service took the connection. */
+  /** Frames that arrived before the service took the connection, or while it is held. */
   pending: Array<readonly [Buffer, boolean]>
+  /**
+   * The hand-off (its token) that holds this connection's frames: its actor moves to another
+   * replica, and frames wait here until it listens (see `@switchboard/bus/Handoff`).
+   */
+  held: string | undefined
+  holdTimer: ReturnType<typeof setTimeout> | undefined
   closedWith: readonly [number, string] | undefined
   alive: boolean
   /**
@@ -86,6 +92,12 @@ interface Socket {
 }
 
 const MAX_PENDING_FRAMES = 1024
+/**
+ * A hand-off takes a round trip or two between replicas; one whose replica died midway is never
+ * released, so the edge lets go of the frames itself after this long (longer than any service's
+ * shutdown grace), to whoever owns the connection by then.
+ */
+const HOLD_LIMIT_MS = 30_000
 
 const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
 const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
@@ -336,7 +348,50 @@ const make = (options: EdgeOptions) =>
       } else if (op === "close") {
         const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
         if (s) closeSocket(s, Number(m.header(Subjects.Header.code) ?? CloseCode.Normal), m.header(Subjects.Header.reason) ?? "")
+      } else if (op === "hold") {
+        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        const token = m.header(Subjects.Header.handoff)
+        if (s !== undefined && token !== undefined) hold(s, token)
+      } else if (op === "release") {
+        const s = held.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        if (s !== undefined && s.held === m.header(Subjects.Header.handoff)) release(s)
       }
+    }
+
+    // --- hand-off: a connection's actor moves to another replica ------------------------------
+
+    /** Held sockets, closed ones included: a socket that closes while held still gets released. */
+    const held = new Map<Subjects.ConnId, Socket>()
+
+    /**
+     * Holds the connection's frames, and marks the end of what its current actor must handle: the
+     * edge is the only publisher of a socket's frames, so everything sent before the marker
+     * reaches that actor before it, in a NATS cluster too.
+     */
+    const hold = (s: Socket, token: string) => {
+      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
+      s.held = token
+      held.set(s.id, s)
+      s.holdTimer = setTimeout(() => release(s), HOLD_LIMIT_MS)
+      s.holdTimer.unref()
+      try {
+        bus.unsafePublish(s.subject, "", { [Subjects.Header.op]: "marker", [Subjects.Header.conn]: s.id, [Subjects.Header.handoff]: token })
+      } catch {
+        // The bus is gone: there is no hand-off to finish.
+      }
+    }
+
+    /** The new actor listens: the held frames go to it, in order, then a close that happened meanwhile. */
+    const release = (s: Socket) => {
+      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
+      s.holdTimer = undefined
+      s.held = undefined
+      held.delete(s.id)
+      if (s.state === "opening") return
+      const pending = s.pending
+      s.pending = []
+      for (const [data, limited] of pending) forward(s, data, limited)
+      if (s.state === "closed" && s.closedWith !== undefined) tellClosed(s, s.closedWith[0], s.closedWith[1])
     }
 
     // --- inbound: frames from sockets to their actor ---------------------------------------
@@ -372,8 +427,10 @@ const make = (options: EdgeOptions) =>
       if (budget === "abusive") return closeSocket(s, CloseCode.PolicyViolation, "rate limit exceeded")
       const limited = budget === "limited"
       if (limited) metrics.rateLimited++
-      if (s.state === "opening") {
-        if (s.pending.length >= MAX_PENDING_FRAMES) return closeSocket(s, CloseCode.TryAgainLater, "too many frames before the session started")
+      if (s.state === "opening" || s.held !== undefined) {
+        if (s.pending.length >= MAX_PENDING_FRAMES) {
+          return closeSocket(s, CloseCode.TryAgainLater, s.held === undefined ? "too many frames before the session started" : "too many frames while the session moves")
+        }
         s.pending.push([data, limited])
         return
       }
@@ -432,7 +489,7 @@ const make = (options: EdgeOptions) =>
           })
         )
       )
-      if (wasOpen) tellClosed(s, why, because)
+      if (wasOpen && s.held === undefined) tellClosed(s, why, because)
       else s.closedWith = [why, because]
     }
 
@@ -448,6 +505,8 @@ const make = (options: EdgeOptions) =>
             if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
             if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
             s.state = "open"
+            // Held before the answer reached us: the frames wait for the hand-off's release.
+            if (s.held !== undefined) return
             const pending = s.pending
             s.pending = []
             for (const [data, limited] of pending) forward(s, data, limited)
@@ -510,6 +569,8 @@ const make = (options: EdgeOptions) =>
         budget: new RateBudget(config.rate, config.burst),
         state: "opening",
         pending: [],
+        held: undefined,
+        holdTimer: undefined,
         closedWith: undefined,
         alive: true,
         sentClose: undefined,

@@ -33,3 +33,8 @@ export const replicaHeartbeat = Settings.livenessInterval(
   Subjects.Bucket.replicas.ttl,
   "Liveness period of a router replica; survivors adopt its sockets 3 periods after it stops"
 )
+export const shutdownGrace = Settings.duration(
+  "ROUTER_SHUTDOWN_GRACE",
+  "10 seconds",
+  "How long a stopping router replica may take to hand its sockets to the other replicas (well under Kubernetes' 30 s)"
+)

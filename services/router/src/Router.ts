@@ -108,7 +108,8 @@ export const make = Effect.gen(function*() {
     userRate: yield* RouterConfig.userRate,
     maxClientsPerUser: yield* RouterConfig.maxClientsPerUser,
     maxExtensionsPerUser: yield* RouterConfig.maxExtensionsPerUser,
-    replicaHeartbeat: yield* RouterConfig.replicaHeartbeat
+    replicaHeartbeat: yield* RouterConfig.replicaHeartbeat,
+    shutdownGrace: yield* RouterConfig.shutdownGrace
   }
   const timeoutMillis = Duration.toMillis(config.requestTimeout)
   const timedOut = `Request timed out after ${Duration.format(config.requestTimeout)}`
@@ -150,15 +151,23 @@ export const make = Effect.gen(function*() {
 
   // --- the extension's actor ---------------------------------------------------------------
 
-  const extensionActor = (conn: Actors.Connection, restored: boolean) =>
+  const decodeHandoff = Schema.decodeUnknownOption(Proxy.HandoffState)
+  /** Where an internal request's answer goes, for one handed over from another replica. */
+  const replyTo = (reply: string): Bus.BusMessage => ({ subject: reply, data: new Uint8Array(0), reply, header: () => undefined })
+
+  const extensionActor = (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       let ext: Proxy.ExtensionRecord | undefined
       /** Proxy connections attached to this extension: connection id → the client's socket. */
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
       /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
-      const internal = new TimedMap<string, Bus.BusMessage>(internalMillis, (_, message) =>
+      const internal = yield* TimedMap.make<string, Bus.BusMessage>(internalMillis, (_, message) =>
         runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))))
+      const handed = decodeHandoff(handedOver)
+      if (Option.isSome(handed) && handed.value.role === "extension") {
+        for (const { id, reply } of handed.value.internal) internal.set(id, replyTo(reply))
+      }
       let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
@@ -385,7 +394,12 @@ export const make = Effect.gen(function*() {
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* extensions.delete(key)
         }).pipe(warnIfFails("could not remove a closed extension's record; it stays listed until it is replaced"))
 
-      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+      const onHandoff = (): Proxy.HandoffState => ({
+        role: "extension",
+        internal: [...internal.entries()].flatMap(([id, m]) => (m.reply === undefined ? [] : [{ id, reply: m.reply }]))
+      })
+
+      return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
     })
 
   // --- the MCP client's actor --------------------------------------------------------------
@@ -396,7 +410,7 @@ export const make = Effect.gen(function*() {
     readonly span: Tracer.AnySpan | undefined
   }
 
-  const clientActor = (conn: Actors.Connection, restored: boolean) =>
+  const clientActor = (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       let user: string | undefined
@@ -439,7 +453,12 @@ export const make = Effect.gen(function*() {
         Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))),
         Effect.forkScoped
       )
-      const pending = new TimedMap<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
+      const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
+      // Requests in flight at the replica that handed this socket over: their answers come here.
+      const handed = decodeHandoff(handedOver)
+      if (Option.isSome(handed) && handed.value.role === "client") {
+        for (const { id, mapped, method } of handed.value.pending) pending.set(mapped, { id, method, span: undefined })
+      }
       const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
 
       const send = (data: string, span?: Tracer.AnySpan) =>
@@ -679,8 +698,13 @@ export const make = Effect.gen(function*() {
           return Effect.zipRight(ended === undefined ? Effect.void : detach(ended.connectionId, ended.extConn), forget(conn))
         })
 
+      const onHandoff = (): Proxy.HandoffState => ({
+        role: "client",
+        pending: [...pending.entries()].map(([mapped, p]) => ({ mapped, id: p.id, method: p.method }))
+      })
+
       yield* keepalive(yield* Effect.scope, () => send(status(session !== undefined, session?.peerCount ?? 0)))
-      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+      return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
     })
 
   // --- the internal client: other services' requests to a user's extension -----------------
@@ -740,7 +764,9 @@ export const make = Effect.gen(function*() {
   yield* Actors.host({
     service: "router",
     replicaHeartbeat: config.replicaHeartbeat,
-    make: (conn, restored) => (conn.open.path === "/extension" ? extensionActor(conn, restored) : clientActor(conn, restored))
+    shutdownGrace: config.shutdownGrace,
+    make: (conn, restored, handedOver) =>
+      conn.open.path === "/extension" ? extensionActor(conn, restored, handedOver) : clientActor(conn, restored, handedOver)
   })
 })
 

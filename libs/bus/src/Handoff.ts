@@ -1,0 +1,158 @@
+/**
+ * Graceful hand-off: a replica that stops gives each of its connections to another replica of the
+ * same service, losing no frame and no answer. Every actor's subscription is a member of the
+ * service's queue group, so while the old and the new owner both listen each message reaches
+ * exactly one of them. For a socket, the edge holds the connection's frames meanwhile and marks
+ * where the old owner's share ends, so that frames stay in order.
+ *
+ *  old owner                         edge                      new owner
+ *  hold ──────────────────────────▶  buffers frames, marker ─▶ (old owner's mailbox pauses there)
+ *  adopt (service queue group) ─────────────────────────────▶  subscribes, flushes, restores, "ok"
+ *  drains its subscription; forwards what came after the marker ▶ handles those first, then the rest
+ *  release ───────────────────────▶  sends the buffered frames, now to the new owner
+ */
+import { Handoff } from "@switchboard/protocol"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import { randomUUID } from "node:crypto"
+import { type BusMessage, type BusShape, type Headers, text, type Subscription } from "./Bus.ts"
+import type { Envelope, Mailbox } from "./Mailbox.ts"
+import * as Subjects from "./Subjects.ts"
+
+export const encodeAdopt = Schema.encodeSync(Schema.parseJson(Handoff.AdoptRequest))
+export const decodeAdopt = Schema.decodeUnknownEither(Schema.parseJson(Handoff.AdoptRequest))
+export const encodeAdoptReply = Schema.encodeSync(Schema.parseJson(Handoff.AdoptReply))
+const decodeAdoptReply = Schema.decodeUnknownEither(Schema.parseJson(Handoff.AdoptReply))
+const encodeForward = Schema.encodeSync(Schema.parseJson(Handoff.Forward))
+export const decodeForward = Schema.decodeUnknownEither(Schema.parseJson(Handoff.Forward))
+
+/** Headers a forwarded message may carry; the bus adapters expose headers only by name. */
+const carried = [
+  Subjects.Header.op,
+  Subjects.Header.kind,
+  Subjects.Header.conn,
+  Subjects.Header.edge,
+  Subjects.Header.user,
+  Subjects.Header.code,
+  Subjects.Header.reason,
+  Subjects.Header.http,
+  Subjects.Header.httpOp,
+  Subjects.Header.lastEventId,
+  Subjects.Header.traceparent,
+  Subjects.Header.tracestate
+]
+
+const toForwarded = (m: BusMessage): typeof Handoff.ForwardedMessage.Type => {
+  const headers: Record<string, string> = {}
+  for (const name of carried) {
+    const value = m.header(name)
+    if (value !== undefined) headers[name] = value
+  }
+  return { headers, data: Buffer.from(m.data).toString("base64"), ...(m.reply === undefined ? {} : { reply: m.reply }) }
+}
+
+/** A message forwarded by the old owner; to the actor it reads like the one it stands for. */
+export class ForwardedMessage implements BusMessage {
+  readonly data: Uint8Array
+  readonly reply: string | undefined
+  private readonly headers: Headers
+  constructor(
+    readonly subject: string,
+    forwarded: typeof Handoff.ForwardedMessage.Type
+  ) {
+    this.data = Buffer.from(forwarded.data, "base64")
+    this.reply = forwarded.reply
+    this.headers = forwarded.headers
+  }
+  header(name: string) {
+    const value = this.headers[name]
+    return value === "" ? undefined : value
+  }
+}
+
+/** What the old owner's host knows of one of its actors, for handing it over. */
+export interface Handover<R> {
+  readonly conn: Subjects.ConnId
+  readonly edge: Subjects.EdgeId
+  readonly open: Handoff.AdoptRequest["open"]
+  /** A Streamable HTTP session: no socket, no edge to hold; POSTs have no order between them. */
+  readonly http: boolean
+  readonly mailbox: Mailbox<R>
+  readonly subscription: Subscription
+  /** The actor's in-memory state for its successor. */
+  readonly state: () => unknown
+  /** Completes when the actor ends (its socket closed meanwhile, say): nothing is left to hand over. */
+  readonly ended: Effect.Effect<void>
+  /** Arms the marker: the mailbox pauses when the edge's marker with this token reaches it. */
+  readonly expectMarker: (token: string, reached: () => void) => void
+  /** Local peers stop writing into this mailbox; they publish to the subject from now on. */
+  readonly disown: () => void
+}
+
+export class HandoffFailed extends Error {
+  constructor(readonly reason: "NoSurvivor" | "Refused" | "Marker" | "Forward", message: string) {
+    super(message)
+  }
+}
+
+const edgeOp = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, op: "hold" | "release", token: string) =>
+  bus.unsafePublish(Subjects.edgeOut(edge), "", { [Subjects.Header.op]: op, [Subjects.Header.conn]: conn, [Subjects.Header.handoff]: token })
+
+/**
+ * Hands one connection to another replica. Succeeds once the new owner handles its mailbox; fails
+ * with `HandoffFailed` when no replica took it (the actor then ends as it did before hand-offs,
+ * its record left for adoption). Either way the edge is released.
+ */
+export const handOver = <R>(
+  bus: BusShape,
+  service: Subjects.ServiceName,
+  replica: string,
+  h: Handover<R>,
+  timeout: Duration.DurationInput
+) => {
+  const token = randomUUID()
+  const release = Effect.sync(() => {
+    if (!h.http) edgeOp(bus, h.edge, h.conn, "release", token)
+  })
+  return Effect.gen(function*() {
+    // Everything the old owner must handle is before the marker (sockets) or already in its
+    // mailbox (HTTP sessions); it pauses there and the rest waits.
+    yield* Effect.async<void>((resume) => {
+      const reached = () => resume(Effect.void)
+      if (h.http) h.mailbox.pause(reached)
+      else {
+        h.expectMarker(token, reached)
+        edgeOp(bus, h.edge, h.conn, "hold", token)
+      }
+    }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection") }))
+    const reply = yield* bus.request(
+      Subjects.handoff(service),
+      encodeAdopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() }),
+      { timeout }
+    ).pipe(
+      Effect.mapError((e) =>
+        e._tag === "NoResponders" ? new HandoffFailed("NoSurvivor", "no other replica") : new HandoffFailed("Refused", e.message)
+      ),
+      Effect.flatMap((m) => {
+        const r = decodeAdoptReply(text(m))
+        if (r._tag === "Left") return Effect.fail(new HandoffFailed("Refused", "malformed adopt reply"))
+        return r.right.ok ? Effect.succeed(r.right.replica) : Effect.fail(new HandoffFailed("Refused", r.right.reason))
+      })
+    )
+    // The new owner listens (and the server knows): leave the queue group without dropping what
+    // the server already routed here, then pass that on.
+    h.disown()
+    yield* h.subscription.drain
+    const messages = h.mailbox.rest().filter((m): m is BusMessage => m !== "edge-lost").map(toForwarded)
+    yield* bus.request(Subjects.replicaInbox(service, reply), encodeForward({ conn: h.conn, messages }), { timeout }).pipe(
+      Effect.mapError((e) => new HandoffFailed("Forward", `could not forward ${messages.length} messages: ${e.message}`))
+    )
+    return reply
+  }).pipe(
+    Effect.raceFirst(Effect.as(h.ended, undefined)),
+    Effect.ensuring(release)
+  )
+}
+
+export type { Envelope }
