@@ -13,14 +13,87 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import { connect } from "./support/Client.ts"
+import { connect, type TestClient } from "./support/Client.ts"
+import * as Processes from "./support/Processes.ts"
 import { call, type Message, next } from "./support/ProxyPeers.ts"
 import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { until } from "./support/Until.ts"
 
 // A slow heartbeat: survivors would adopt the stopped replica's sockets from KV only ~18 s after
 // it stopped, long after this test has judged the hand-off.
 const env = { ROUTER_REPLICA_HEARTBEAT: "3 seconds" }
 const IN_FLIGHT = 50
+
+/** An extension and an MCP client of one user, connected to each other through the router. */
+const connectedPair = (ws: string) =>
+  Effect.gen(function*() {
+    const t = yield* token({ sub: "alice" })
+    const ext = yield* connect(`${ws}/extension`)
+    yield* next(ext)
+    ext.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: t } })
+    const extensionId = (yield* next(ext)).params!["extension_id"]
+    const mcp = yield* connect(`${ws}/mcp`)
+    yield* call(mcp, 0, "mcp_handshake", { accessToken: t })
+    const connectionId = ((yield* call(mcp, 0.5, "connect", { extension_id: extensionId })).result as Message)["connection_id"] as string
+    return { ext, mcp, connectionId }
+  })
+
+/**
+ * Steady traffic from `mcp` to `ext` with IN_FLIGHT requests unanswered while `stop` runs: every
+ * request must get exactly one answer, its own, and the extension must see each once, in order.
+ */
+const underTraffic = (ext: TestClient, mcp: TestClient, connectionId: string, stop: Effect.Effect<void>) =>
+  Effect.gen(function*() {
+    // The extension answers each request with its own id, keeping IN_FLIGHT unanswered.
+    const seen: Array<string> = []
+    const answer = (mapped: string) => ext.send({ jsonrpc: "2.0", id: mapped, result: { echo: mapped } })
+    let sent = 0
+    const request = () => {
+      sent++
+      mcp.send({ jsonrpc: "2.0", id: sent, method: "getTabs", params: { n: sent } })
+    }
+    /** One step of steady traffic: a request goes out, the extension gets it and answers an older one. */
+    const step = Effect.gen(function*() {
+      request()
+      const got = yield* next(ext)
+      seen.push(got.id as string)
+      if (seen.length > IN_FLIGHT) answer(seen[seen.length - IN_FLIGHT - 1]!)
+    })
+    for (let i = 0; i < 100; i++) yield* step
+
+    const stopped = yield* Deferred.make<number>()
+    const started = performance.now()
+    const stopping = yield* stop.pipe(
+      Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - started))),
+      Effect.fork
+    )
+    let after = 0
+    while (!(yield* Deferred.isDone(stopped)) || after++ < 100) yield* step
+    const stopMillis = yield* Deferred.await(stopped)
+    yield* Fiber.join(stopping)
+    for (const mapped of seen.slice(-IN_FLIGHT)) answer(mapped)
+
+    // Every request gets exactly one answer, its own.
+    const answers = new Map<number, Message>()
+    let wrong = 0
+    let errors = 0
+    const collect = Effect.gen(function*() {
+      while (answers.size < sent) {
+        const m = yield* next(mcp)
+        const id = m.id as number
+        if (answers.has(id)) wrong++
+        answers.set(id, m)
+        if (m.error !== undefined) errors++
+        else if ((m.result as Message)["echo"] !== `${connectionId}:${id}`) wrong++
+      }
+    })
+    yield* collect.pipe(Effect.timeout("10 seconds"), Effect.ignore)
+    const lost = sent - answers.size
+    expect({ lost, wrong, errors }).toEqual({ lost: 0, wrong: 0, errors: 0 })
+    // The extension saw every request once, in the client's order.
+    expect(seen).toEqual(Array.from({ length: sent }, (_, i) => `${connectionId}:${i + 1}`))
+    return { sent, stopMillis: Math.round(stopMillis) }
+  })
 
 describe("router hand-off", () => {
   it.scopedLive("a stopping replica hands its sockets over under traffic: no request lost, none answered wrong, frames in order", () =>
@@ -33,14 +106,7 @@ describe("router hand-off", () => {
       const start = replica(Router.layer, servers, ns, env)
 
       const first = yield* start
-      const t = yield* token({ sub: "alice" })
-      const ext = yield* connect(`${ws}/extension`)
-      yield* next(ext)
-      ext.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: t } })
-      const extensionId = (yield* next(ext)).params!["extension_id"]
-      const mcp = yield* connect(`${ws}/mcp`)
-      yield* call(mcp, 0, "mcp_handshake", { accessToken: t })
-      const connectionId = ((yield* call(mcp, 0.5, "connect", { extension_id: extensionId })).result as Message)["connection_id"] as string
+      const { ext, mcp, connectionId } = yield* connectedPair(ws)
       yield* start
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
@@ -49,55 +115,7 @@ describe("router hand-off", () => {
       const before = yield* owners
       expect(before.size).toBe(1)
 
-      // The extension answers each request with its own id, keeping IN_FLIGHT unanswered.
-      const seen: Array<string> = []
-      const answer = (mapped: string) => ext.send({ jsonrpc: "2.0", id: mapped, result: { echo: mapped } })
-      let sent = 0
-      const request = () => {
-        sent++
-        mcp.send({ jsonrpc: "2.0", id: sent, method: "getTabs", params: { n: sent } })
-      }
-      /** One step of steady traffic: a request goes out, the extension gets it and answers an older one. */
-      const step = Effect.gen(function*() {
-        request()
-        const got = yield* next(ext)
-        seen.push(got.id as string)
-        if (seen.length > IN_FLIGHT) answer(seen[seen.length - IN_FLIGHT - 1]!)
-      })
-      for (let i = 0; i < 100; i++) yield* step
-
-      const stopped = yield* Deferred.make<number>()
-      const started = performance.now()
-      const stopping = yield* first.stop.pipe(
-        Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - started))),
-        Effect.fork
-      )
-      let after = 0
-      while (!(yield* Deferred.isDone(stopped)) || after++ < 100) yield* step
-      const stopMillis = yield* Deferred.await(stopped)
-      yield* Fiber.join(stopping)
-      for (const mapped of seen.slice(-IN_FLIGHT)) answer(mapped)
-
-      // Every request gets exactly one answer, its own.
-      const answers = new Map<number, Message>()
-      let wrong = 0
-      let errors = 0
-      const collect = Effect.gen(function*() {
-        while (answers.size < sent) {
-          const m = yield* next(mcp)
-          const id = m.id as number
-          if (answers.has(id)) wrong++
-          answers.set(id, m)
-          if (m.error !== undefined) errors++
-          else if ((m.result as Message)["echo"] !== `${connectionId}:${id}`) wrong++
-        }
-      })
-      yield* collect.pipe(Effect.timeout("10 seconds"), Effect.ignore)
-      const lost = sent - answers.size
-      console.log(`hand-off under traffic: ${sent} requests, stop took ${stopMillis.toFixed(0)} ms, lost ${lost}, errors ${errors}, wrong ${wrong}`)
-      expect({ lost, wrong, errors }).toEqual({ lost: 0, wrong: 0, errors: 0 })
-      // The extension saw every request once, in the client's order.
-      expect(seen).toEqual(Array.from({ length: sent }, (_, i) => `${connectionId}:${i + 1}`))
+      console.log(`hand-off under traffic: ${JSON.stringify(yield* underTraffic(ext, mcp, connectionId, first.stop))}`)
       // Both sockets now belong to the other replica, and still talk.
       const now = yield* owners
       expect(now.size).toBe(1)
@@ -106,4 +124,24 @@ describe("router hand-off", () => {
       const last = yield* next(ext)
       expect(last.id).toBe(`${connectionId}:last`)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+
+  it.scopedLive("a router process that gets SIGTERM hands its sockets over before it exits, under traffic", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const natsUrl = servers.join(",")
+      const d = yield* Processes.deployment(natsUrl, { edges: 1, env })
+      // Both sockets go to the only router there is yet.
+      const { ext, mcp, connectionId } = yield* connectedPair(d.edges[0]!.ws)
+      const second = yield* Processes.router({ natsUrl, namespace: d.namespace, env })
+      yield* until(() => second.output().includes("hosting connection actors"), "the second router hosting actors", "50 millis")
+
+      const stop = Effect.zipRight(d.router.kill("SIGTERM"), d.router.exited)
+      console.log(`SIGTERM under traffic: ${JSON.stringify(yield* underTraffic(ext, mcp, connectionId, stop))}`)
+      expect(yield* d.router.exited).toEqual({ code: 0, signal: null })
+      expect(d.router.output()).toContain("handed 2 connections over to other replicas")
+      // Handed over, not adopted from KV after the heartbeat lapsed.
+      expect(second.output()).not.toContain("adopted")
+      mcp.send({ jsonrpc: "2.0", id: "last", method: "getTabs" })
+      expect((yield* next(ext)).id).toBe(`${connectionId}:last`)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 90_000)
 })
