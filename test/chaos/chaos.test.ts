@@ -83,7 +83,7 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
     Effect.gen(function*() {
       const cluster = yield* NatsCluster
       // History must reach back over the whole run, so that a participant that reconnects finds what it missed.
-      const topo: Topology = yield* topology({ MCPX_HISTORY_LIMIT: "100000", MCPX_HISTORY_BYTES: String(64 * 1024 * 1024) })
+      const topo: Topology = yield* topology({ MCPX_HISTORY_LIMIT: "100000", MCPX_HISTORY_TOTAL_BYTES: String(64 * 1024 * 1024) })
       yield* Effect.logInfo(`topology up in namespace ${topo.namespace}`)
       const edges: Edges = { count: EDGES, at: topo.edgeAt }
       const http = () => {
