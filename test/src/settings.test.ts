@@ -27,7 +27,7 @@ const runMain = (main: string, env: Record<string, string>, until?: RegExp) =>
       Effect.sync(() =>
         spawn(process.execPath, ["--import", "tsx", main], {
           cwd: repoRoot,
-          env: { PATH: process.env.PATH ?? "", PORT: "0", LOG_FORMAT: "logfmt", ...env },
+          env: { PATH: process.env.PATH ?? "", PORT: "0", METRICS_PORT: "0", LOG_FORMAT: "logfmt", ...env },
           stdio: ["ignore", "pipe", "pipe"]
         })
       ),

@@ -5,6 +5,8 @@
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  */
 import { Edge } from "@switchboard/protocol"
+import * as Instruments from "@switchboard/telemetry/Instruments"
+import { Metrics } from "@switchboard/telemetry/Metrics"
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
@@ -352,6 +354,7 @@ export const host = <R>(options: HostOptions<R>) =>
       return yield* Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
     }
     const replica = options.replica ?? randomUUID()
+    const meter = Instruments.actorHost(yield* Metrics, options.service)
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
@@ -420,6 +423,7 @@ export const host = <R>(options: HostOptions<R>) =>
           local.set(connId, mailbox)
         }
         owned.set(connId, mailbox)
+        yield* meter.hosting(event, scope)
         yield* answer({ ok: true })
 
         const closed = yield* Deferred.make<readonly [number, string]>()
@@ -499,9 +503,10 @@ export const host = <R>(options: HostOptions<R>) =>
       connections.update(connId, { ...found.value, replica }, found.revision).pipe(
         // Another survivor claimed it first; it is theirs.
         Effect.flatMap(() =>
-          Effect.sync(() =>
+          Effect.sync(() => {
+            meter.adopted()
             runFork(run(connId, Subjects.EdgeId(found.value.edge), found.value.open, true, () => Effect.void))
-          )
+          })
         ),
         Effect.catchTag("KvConflict", () => Effect.void)
       )

@@ -32,6 +32,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import * as Stream from "effect/Stream"
+import * as Instruments from "@switchboard/telemetry/Instruments"
+import { Metrics } from "@switchboard/telemetry/Metrics"
 import {
   Bus,
   BusError,
@@ -45,6 +47,7 @@ import {
 } from "./Bus.ts"
 import { Journal, type JournalEntry, type JournalHandle, type JournalShape } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
+import * as KvMetrics from "./KvMetrics.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 import { Socket } from "node:net"
 
@@ -416,7 +419,8 @@ export const makeJournal = (
   namespace: string,
   jsm: () => Promise<JetStreamManager>,
   replicas = 1,
-  lost: (journal: string, count: number, why: string) => void = () => {}
+  lost: (journal: string, count: number, why: string) => void = () => {},
+  observer?: Instruments.JournalObserver
 ): JournalShape => {
   const js = jetstream(nc)
   const handle = (m: JetStreamManager, journal: string): JournalHandle => {
@@ -427,10 +431,17 @@ export const makeJournal = (
       giveUpAfterMillis: 30_000,
       maxPending: 10_000,
       timeoutMillis: 5_000,
-      lost: (count, why) => lost(journal, count, why)
+      lost: (count, why) => {
+        observer?.lost(journal, count)
+        lost(journal, count, why)
+      },
+      ...(observer === undefined ? {} : { stored: (seconds: number) => observer.stored(journal, seconds), failed: observer.failed })
     })
     return {
-      append,
+      append: observer === undefined ? append : (data) => {
+        observer.appended(journal)
+        append(data)
+      },
       read: ({ before, limit }) =>
         Effect.tryPromise({
           try: async () => {
@@ -508,12 +519,13 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
       const jsm = lazyManager(nc)
       const runtime = yield* Effect.runtime<never>()
+      const metrics = yield* Metrics
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
-        Context.add(Kv, makeKv(nc, namespace, jsm, options.replicas)),
+        Context.add(Kv, KvMetrics.metered(makeKv(nc, namespace, jsm, options.replicas), metrics)),
         Context.add(
           Journal,
           makeJournal(nc, namespace, jsm, options.replicas, (journal, count, why) =>
-            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)))
+            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)), Instruments.journal(metrics))
         )
       )
     })

@@ -7,7 +7,7 @@
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol, Settings } from "@switchboard/protocol"
-import { Telemetry } from "@switchboard/telemetry"
+import { Metrics, Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
@@ -229,6 +229,8 @@ const make = (options: EdgeOptions) =>
     }
 
     const metrics = new EdgeMetrics()
+    // Also on the process's metrics port, next to the services' metrics in the all-in-one.
+    yield* Effect.acquireRelease(Effect.map(Metrics.Metrics, (registry) => registry.include(() => metrics.render())), (remove) => Effect.sync(remove))
     const sockets = new Map<Subjects.ConnId, Socket>()
     let shuttingDown = false
     const fibers = yield* FiberSet.make()

@@ -9,7 +9,7 @@
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
-import { Telemetry } from "@switchboard/telemetry"
+import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -97,6 +97,7 @@ export const make = Effect.gen(function*() {
   const auth = yield* AuthClient.AuthClient
   const { tracer } = yield* Telemetry.Tracing
   const traced = Option.isSome(tracer)
+  const inFlight = Instruments.requests(yield* Metrics.Metrics, "router")
   const link = yield* Actors.edgeLink
   const config = {
     requestTimeout: yield* RouterConfig.requestTimeout,
@@ -158,7 +159,7 @@ export const make = Effect.gen(function*() {
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
       /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
       const internal = new TimedMap<string, Bus.BusMessage>(internalMillis, (_, message) =>
-        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))))
+        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))), inFlight)
       let timeout: Fiber.RuntimeFiber<void> | undefined
 
       const announce = () => {
@@ -439,7 +440,7 @@ export const make = Effect.gen(function*() {
         Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))),
         Effect.forkScoped
       )
-      const pending = new TimedMap<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
+      const pending = new TimedMap<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)), inFlight)
       const budget = new RateBudget(config.connectionRate, config.connectionRate * 2)
 
       const send = (data: string, span?: Tracer.AnySpan) =>

@@ -119,6 +119,8 @@ const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
             ...baseEnv(),
             ...(options.natsUrl === undefined ? {} : { NATS_URL: options.natsUrl }),
             PORT: "0",
+            // Processes of many tests share this machine: the default 9464 would be taken by the first.
+            METRICS_PORT: "0",
             SWITCHBOARD_JWT_SECRET: SECRET,
             SWITCHBOARD_NAMESPACE: options.namespace,
             LOG_LEVEL: "info",
