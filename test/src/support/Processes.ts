@@ -17,7 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
-export type Service = "auth" | "router" | "registry" | "edge" | "all-in-one"
+export type Service = "auth" | "router" | "registry" | "broker" | "edge" | "all-in-one"
 
 export class ServiceProcessError extends Data.TaggedError("ServiceProcessError")<{
   readonly reason: "Spawn" | "Exited" | "NotReady"
@@ -199,6 +199,19 @@ export const router = (options: ProcessOptions) => Effect.map(start("router", op
  * edge's open request for either path finds it. It asks the router for tabs (`createTab`).
  */
 export const registry = (options: ProcessOptions) => Effect.map(start("registry", options, HOSTING), ({ proc }) => proc)
+
+/** The MCPx topic broker, returned once it hosts connection actors (edges then find it for `/v0/ws`). */
+export const broker = (options: ProcessOptions) => Effect.map(start("broker", options, /broker: hosting connection actors/), ({ proc }) => proc)
+
+/** Where a process serves its metrics (`METRICS_PORT`, 0 in tests), from the line it logs at start. */
+export const metricsUrl = (proc: ServiceProcess) =>
+  Effect.suspend(() => {
+    const m = /metrics on (http:\/\/[^\s/"]+)\/metrics/.exec(proc.output())
+    return m?.[1] === undefined ? Effect.fail(`${proc.service} has not logged its metrics port yet`) : Effect.succeed(m[1])
+  }).pipe(
+    Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("20 seconds"))),
+    Effect.orElse(() => Effect.dieMessage(`${proc.service} never logged its metrics port:\n${proc.output()}`))
+  )
 
 /** A process that serves an edge, returned once it logs the port it listens on. */
 const listening = (service: "edge" | "all-in-one", options: ProcessOptions) =>
