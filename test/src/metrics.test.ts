@@ -6,7 +6,6 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { NatsServer } from "@switchboard/testing"
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
