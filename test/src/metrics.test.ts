@@ -37,7 +37,7 @@ const scrape = (base: string) => Effect.map(get(`${base}/metrics`), ({ body }) =
 const scrapeUntil = (base: string, ok: (s: ReadonlyMap<string, number>) => boolean, what: string) =>
   Effect.flatMap(scrape(base), (s) => (ok(s) ? Effect.succeed(s) : Effect.fail(s))).pipe(
     Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 200 }),
-    Effect.orElse((last) => Effect.dieMessage(`never: ${what}; last scrape:\n${[...last].map(([k, v]) => `${k} ${v}`).join("\n")}`))
+    Effect.catchAll((last) => Effect.dieMessage(`never: ${what}; last scrape:\n${[...last].map(([k, v]) => `${k} ${v}`).join("\n")}`))
   )
 
 /** The sum of every sample of `name` whose labels include `labels`. */

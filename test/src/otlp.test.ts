@@ -121,7 +121,7 @@ describe("OTLP/HTTP export", () => {
         return found.length >= 5 ? Effect.succeed(found) : Effect.fail(collector.spans.map((s) => `${s.service} ${s.name}`))
       }).pipe(
         Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 400 }),
-        Effect.orElse((seen) => Effect.dieMessage(`the trace never arrived whole; received: ${seen.join(", ")}; malformed: ${collector.malformed.join("; ")}`))
+        Effect.catchAll((seen) => Effect.dieMessage(`the trace never arrived whole; received: ${seen.join(", ")}; malformed: ${collector.malformed.join("; ")}`))
       )
 
       expect(collector.malformed).toEqual([])
