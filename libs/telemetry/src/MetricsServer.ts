@@ -16,14 +16,6 @@ export const port = Settings.intBetween("METRICS_PORT", 0, 65535, 9464, "Port of
 /** The edge's `HOST`: in a container (`HOST=0.0.0.0`) the scraper must reach this port too. */
 export const host = Config.string("HOST").pipe(Config.withDescription("Address to bind"), Config.withDefault("127.0.0.1"))
 
-const listenFailure = (error: Error & { readonly code?: string }, host: string, port: number) =>
-  new Settings.StartupFailure({
-    message: error.code === "EADDRINUSE"
-      ? `cannot serve metrics on ${host}:${port}: the port is in use (set METRICS_PORT to a free port, or 0)`
-      : `cannot serve metrics on ${host}:${port}: ${error.message}`,
-    cause: error
-  })
-
 /** Serves the registry until the scope closes; returns where, for logs and tests. */
 export const make = Effect.gen(function*() {
   const registry = yield* Metrics
@@ -41,7 +33,7 @@ export const make = Effect.gen(function*() {
         if (path === "/healthz") return reply(200, "ok\n")
         reply(404, "not found\n")
       })
-      server.once("error", (e) => resume(Effect.fail(listenFailure(e, config.host, config.port))))
+      server.once("error", (e) => resume(Effect.fail(Settings.listenFailure(e, config.host, config.port, "METRICS_PORT"))))
       server.listen(config.port, config.host, () => {
         // Once listening, a failing scrape connection is the scraper's problem, not the process's.
         server.removeAllListeners("error")

@@ -139,20 +139,6 @@ const requestLog = (req: Http.IncomingMessage) => ({
   remote: req.socket.remoteAddress ?? "unknown"
 })
 
-/** Why the edge could not listen, in words that name the setting to change. */
-const listenFailure = (error: Error & { readonly code?: string }, host: string, port: number) => {
-  const message = error.code === "EADDRINUSE"
-    ? `cannot listen on ${host}:${port}: the port is in use (set PORT to a free port)`
-    : error.code === "EACCES"
-    ? `cannot listen on ${host}:${port}: permission denied (ports below 1024 need privileges; set PORT)`
-    : error.code === "ENOTFOUND" || error.code === "EAI_AGAIN"
-    ? `HOST=${host} does not resolve (${error.code}); set HOST to an address or name of this machine, e.g. 0.0.0.0`
-    : error.code === "EADDRNOTAVAIL"
-    ? `HOST=${host} is not an address of this machine (set HOST, e.g. 0.0.0.0 or 127.0.0.1)`
-    : `cannot listen on ${host}:${port}: ${error.message}`
-  return new Settings.StartupFailure({ message, cause: error })
-}
-
 /** How long a refused upgrade's socket may wait for the peer to close its side before it is destroyed. */
 const REFUSED_LINGER_MS = 2000
 
@@ -799,7 +785,7 @@ const make = (options: EdgeOptions) =>
           connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeout / 2))
         }, onRequest)
         server.on("upgrade", onUpgrade)
-        server.once("error", (e) => resume(Effect.fail(listenFailure(e, config.host, config.port))))
+        server.once("error", (e) => resume(Effect.fail(Settings.listenFailure(e, config.host, config.port))))
         server.listen(config.port, config.host, () => {
           // Once listening, an error (accept failing for want of file descriptors, say) is logged; the edge carries on.
           server.on("error", (e) => logCaught("edge: server error", e, {}))
