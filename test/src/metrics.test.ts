@@ -155,5 +155,24 @@ describe("metrics of every service", () => {
       expect(calls.get(`switchboard_actors{service="registry",kind="tab"}`)).toBe(1)
       expect(calls.get(`switchboard_actors{service="registry",kind="hub"}`)).toBe(1)
       expect(calls.get(`switchboard_pending_requests{service="registry"}`)).toBe(0)
+
+      // --- a router dies: the survivor adopts its extension, and counts it ---
+      // Opened before the survivor starts, so the first router hosts it.
+      const orphan = yield* extensionOf(edge.ws, "dave")
+      expect((yield* scrape(router!)).get(`switchboard_actors{service="router",kind="extension"}`)).toBe(1)
+      const survivor = yield* Processes.router({ natsUrl: url, namespace: deployment.namespace })
+      const survivorMetrics = yield* Processes.metricsUrl(survivor)
+      yield* deployment.router.kill("SIGKILL")
+      const adopted = yield* scrapeUntil(
+        survivorMetrics,
+        (s) => s.get(`switchboard_adoptions_total{service="router"}`) === 1 && s.get(`switchboard_actors{service="router",kind="extension"}`) === 1,
+        "the survivor adopted the dead router's extension"
+      )
+      expect(adopted.get(`switchboard_handoffs_total{service="router"}`)).toBe(0)
+      // The adopted actor is live: the extension still gets answers (its refusal of a request, here).
+      expect(yield* Effect.flatMap(Effect.sync(() => orphan.c.send({ jsonrpc: "2.0", id: "ping", method: "ping" })), () => next(orphan.c))).toMatchObject({
+        id: "ping",
+        error: { code: -32601 }
+      })
     }).pipe(withNats), 180_000)
 })
