@@ -12,6 +12,7 @@ import type * as Scope from "effect/Scope"
 import * as Participants from "./support/Participants.ts"
 import * as Processes from "./support/Processes.ts"
 import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
+import { namespace } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 /** Samples by series, exactly as written (`name{label="value",...}`); HELP/TYPE lines are checked apart. */
@@ -175,4 +176,24 @@ describe("metrics of every service", () => {
         error: { code: -32601 }
       })
     }).pipe(withNats), 180_000)
+
+  it.live("npm start serves one endpoint with every service's metrics and the edge's", () =>
+    Effect.gen(function*() {
+      const server = yield* Processes.allInOne({ namespace: namespace() })
+      const base = yield* Processes.metricsUrl(server)
+      const ext = yield* extensionOf(server.ws, "alice")
+      const s = yield* scrapeUntil(
+        base,
+        (s) => s.get(`switchboard_actors{service="router",kind="extension"}`) === 1,
+        "the all-in-one's router hosts the extension"
+      )
+      for (const service of ["router", "broker", "registry"]) expect(s.get(`switchboard_handoffs_total{service="${service}"}`)).toBe(0)
+      expect(total(s, "switchboard_edge_connections", { path: "/extension" })).toBe(1)
+      // The edge's own port keeps only the edge's metrics, so scraping both counts nothing twice.
+      const own = parse((yield* get(`${server.url}/metrics`)).body)
+      expect(total(own, "switchboard_edge_connections", { path: "/extension" })).toBe(1)
+      expect(total(own, "switchboard_actors")).toBe(0)
+      expect([...own.keys()].some((k) => k.startsWith("switchboard_actors"))).toBe(false)
+      ext.c.ws.close(1000)
+    }).pipe(Effect.scoped), 60_000)
 })
