@@ -12,15 +12,24 @@ import * as Option from "effect/Option"
 import { KvConflict, type KvBucketShape, type KvShape } from "./Kv.ts"
 
 export const metered = (kv: KvShape, registry: Registry): KvShape => {
-  const { observe } = Instruments.kv(registry)
-  const timed = <A, E>(op: string, effect: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  const meter = Instruments.kv(registry)
+  const ops = {
+    get: meter.op("get"),
+    put: meter.op("put"),
+    create: meter.op("create"),
+    update: meter.op("update"),
+    delete: meter.op("delete"),
+    keys: meter.op("keys"),
+    open: meter.op("open")
+  }
+  const timed = <A, E>(op: keyof typeof ops, effect: Effect.Effect<A, E>): Effect.Effect<A, E> =>
     Effect.suspend(() => {
       const t0 = performance.now()
       return Effect.onExit(effect, (exit) =>
         Effect.sync(() => {
           if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)) return
           const outcome = Exit.isSuccess(exit) ? "ok" : Option.exists(Cause.failureOption(exit.cause), (e) => e instanceof KvConflict) ? "conflict" : "error"
-          observe(op, outcome, (performance.now() - t0) / 1000)
+          ops[op](outcome, (performance.now() - t0) / 1000)
         }))
     })
   const bucket = (b: KvBucketShape): KvBucketShape => ({

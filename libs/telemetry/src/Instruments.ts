@@ -5,7 +5,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Scope from "effect/Scope"
-import type { Cell, Reading, Registry } from "./Metrics.ts"
+import type { Cell, HistogramCell, Reading, Registry } from "./Metrics.ts"
 
 /** What an actor is, from how its connection was opened: one label value per role the specs name. */
 const ROLES: Readonly<Record<string, string>> = {
@@ -79,14 +79,28 @@ export const toolCalls = (registry: Registry) => {
 
 export type KvOutcome = "ok" | "conflict" | "error"
 
-/** KV operations: latency by operation and outcome; errors (not compare-and-set conflicts) by operation. */
+/**
+ * KV operations: latency by operation and outcome; errors (not compare-and-set conflicts) by
+ * operation. `op` resolves one operation's series once, so timing a call looks nothing up.
+ */
 export const kv = (registry: Registry) => {
   const seconds = registry.histogram("switchboard_kv_op_seconds", "KV operation latency", ["op", "outcome"])
   const errors = registry.counter("switchboard_kv_errors_total", "KV operations that failed (a conflict is not a failure)", ["op"])
   return {
-    observe: (op: string, outcome: KvOutcome, elapsed: number) => {
-      seconds.labels(op, outcome).observe(elapsed)
-      if (outcome === "error") errors.labels(op).value++
+    op: (op: string) => {
+      // Made on first use, so only outcomes that happened are listed.
+      let ok: HistogramCell | undefined
+      let conflict: HistogramCell | undefined
+      let failed: HistogramCell | undefined
+      let failures: Cell | undefined
+      return (outcome: KvOutcome, elapsed: number) => {
+        if (outcome === "ok") return (ok ??= seconds.labels(op, "ok")).observe(elapsed)
+        if (outcome === "conflict") return (conflict ??= seconds.labels(op, "conflict")).observe(elapsed)
+        failed ??= seconds.labels(op, "error")
+        failures ??= errors.labels(op)
+        failed.observe(elapsed)
+        failures.value++
+      }
     }
   }
 }
