@@ -131,7 +131,7 @@ export const journal = (registry: Registry): JournalObserver => {
 const journals = new WeakMap<Registry, JournalObserver>()
 
 const makeJournal = (registry: Registry) => {
-  const seconds = registry.histogram("switchboard_journal_append_seconds", "Time from a journal append to its acknowledgement")
+  const seconds = registry.histogram("switchboard_journal_append_seconds", "Time from a journal append to its acknowledgement").labels()
   const errors = registry.counter("switchboard_journal_errors_total", "Journal append attempts that failed (each is retried until it gives up)").labels()
   const lag = new Map<string, number>()
   registry.gauge("switchboard_sequencer_lag", "Envelopes sequenced but not yet acknowledged by the topic's history journal", ["topic"]).collect(
@@ -147,7 +147,7 @@ const makeJournal = (registry: Registry) => {
   return {
     appended: (name: string) => void lag.set(name, (lag.get(name) ?? 0) + 1),
     stored: (name: string, elapsed: number) => {
-      seconds.labels().observe(elapsed)
+      seconds.observe(elapsed)
       settle(name, 1)
     },
     failed: () => void errors.value++,
