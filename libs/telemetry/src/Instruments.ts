@@ -29,7 +29,7 @@ export const actorHost = (registry: Registry, service: string) => {
     "Connections adopted from a replica that stopped or died",
     ["service"]
   ).labels(service)
-  handoffs(registry, service)
+  const handedOff = handoffs(registry, service)
   return {
     /** Counts an actor for as long as `scope` is open (its connection's scope). */
     hosting: (open: Parameters<typeof actorKind>[0], scope: Scope.Scope): Effect.Effect<void> => {
@@ -37,7 +37,9 @@ export const actorHost = (registry: Registry, service: string) => {
       cell.value++
       return Scope.addFinalizer(scope, Effect.sync(() => void cell.value--))
     },
-    adopted: () => void adoptions.value++
+    adopted: () => void adoptions.value++,
+    /** For the graceful hand-off: one connection given to a surviving replica. */
+    handedOff: () => void handedOff.value++
   }
 }
 
