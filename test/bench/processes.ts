@@ -34,7 +34,7 @@ export interface Started extends Measured {
 const baseEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = { ...process.env }
   for (const key of ["NATS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "SWITCHBOARD_NAMESPACE"]) delete env[key]
-  return { ...env, LOG_LEVEL: "warning", PORT: "0", HOST: "127.0.0.1", SWITCHBOARD_JWT_SECRET: SECRET }
+  return { ...env, LOG_LEVEL: "warning", PORT: "0", METRICS_PORT: "0", HOST: "127.0.0.1", SWITCHBOARD_JWT_SECRET: SECRET }
 }
 
 /**

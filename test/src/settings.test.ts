@@ -27,7 +27,7 @@ const runMain = (main: string, env: Record<string, string>, until?: RegExp) =>
       Effect.sync(() =>
         spawn(process.execPath, ["--import", "tsx", main], {
           cwd: repoRoot,
-          env: { PATH: process.env.PATH ?? "", PORT: "0", LOG_FORMAT: "logfmt", ...env },
+          env: { PATH: process.env.PATH ?? "", PORT: "0", METRICS_PORT: "0", LOG_FORMAT: "logfmt", ...env },
           stdio: ["ignore", "pipe", "pipe"]
         })
       ),
@@ -108,6 +108,24 @@ describe("start-up failures and warnings", () => {
       expect(run.code).toBe(1)
       expect(errorLines(run)).toStrictEqual([`switchboard: cannot listen on 127.0.0.1:${port}: the port is in use (set PORT to a free port)`])
     }), 20_000)
+
+  it.scopedLive("a METRICS_PORT in use is one line naming METRICS_PORT, for npm start and for a service alone", () =>
+    Effect.gen(function*() {
+      const taken = yield* Effect.acquireRelease(
+        Effect.async<Net.Server>((resume) => {
+          const server = Net.createServer().listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+        }),
+        (server) => Effect.sync(() => server.close())
+      )
+      const port = (taken.address() as Net.AddressInfo).port
+      const line = `cannot listen on 127.0.0.1:${port}: the port is in use (set METRICS_PORT to a free port)`
+      const run = yield* allInOne({ HOST: "127.0.0.1", METRICS_PORT: String(port) })
+      expect(run.code).toBe(1)
+      expect(errorLines(run)).toStrictEqual([`switchboard: ${line}`])
+      const alone = yield* runMain("services/auth/src/main.ts", { HOST: "127.0.0.1", METRICS_PORT: String(port), SWITCHBOARD_JWT_SECRET: "x".repeat(32) })
+      expect(alone.code).toBe(1)
+      expect(errorLines(alone)).toStrictEqual([`switchboard-auth: ${line}`])
+    }), 30_000)
 
   it.scopedLive("a HOST that does not resolve is one line naming HOST, with exit code 1", () =>
     Effect.gen(function*() {

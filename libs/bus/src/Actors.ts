@@ -5,6 +5,8 @@
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  */
 import { Edge, type Handoff as HandoffProtocol } from "@switchboard/protocol"
+import * as Instruments from "@switchboard/telemetry/Instruments"
+import { Metrics } from "@switchboard/telemetry/Metrics"
 import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -319,6 +321,7 @@ export const host = <R>(options: HostOptions<R>) =>
       return yield* Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
     }
     const replica = options.replica ?? randomUUID()
+    const meter = Instruments.actorHost(yield* Metrics, options.service)
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
@@ -417,6 +420,7 @@ export const host = <R>(options: HostOptions<R>) =>
           local.set(connId, mailbox)
         }
         owned.set(connId, mailbox)
+        yield* meter.hosting(event, scope)
 
         /** Ends the actor: the socket closed, its edge is gone, or it was handed over. */
         const ended = yield* Deferred.make<readonly [number, string] | "handed-over">()
@@ -597,7 +601,7 @@ export const host = <R>(options: HostOptions<R>) =>
             Effect.tap(() =>
               Effect.sync(() => {
                 counts.handedOver++
-                // TODO(metrics): switchboard_handoffs_total{service} += 1 here (or export `counts`).
+                meter.handedOff()
                 enders.get(h.conn)?.()
               })
             ),
@@ -639,9 +643,10 @@ export const host = <R>(options: HostOptions<R>) =>
       connections.update(connId, { ...found.value, replica }, found.revision).pipe(
         // Another survivor claimed it first; it is theirs.
         Effect.flatMap(() =>
-          Effect.sync(() =>
+          Effect.sync(() => {
+            meter.adopted()
             runFork(run(connId, Subjects.EdgeId(found.value.edge), found.value.open, true, () => Effect.void))
-          )
+          })
         ),
         Effect.catchTag("KvConflict", () => Effect.void)
       )

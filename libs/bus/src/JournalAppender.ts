@@ -21,6 +21,9 @@ export interface AppenderOptions {
   readonly timeoutMillis: number
   /** Entries dropped unstored, and why: for a log line. */
   readonly lost: (count: number, why: string) => void
+  /** For metrics: an entry stored (its subject, and the seconds the attempt that stored it took); an attempt that failed. */
+  readonly stored?: (subject: string, seconds: number) => void
+  readonly failed?: () => void
 }
 
 interface Entry {
@@ -48,13 +51,16 @@ export const appender = (js: JetStreamClient, options: AppenderOptions) => {
     if (n > 0) pending = pending.slice(n)
   }
 
-  const send = (e: Entry) =>
+  const send = (e: Entry, sent = performance.now()) =>
     js.publish(e.subject, e.data, e.headers === undefined ? { msgID: e.id, timeout: options.timeoutMillis } : { msgID: e.id, timeout: options.timeoutMillis, headers: e.headers }).then(
       () => {
+        // Once per entry, though a retry may have sent it twice.
+        if (!e.acked) options.stored?.(e.subject, (performance.now() - sent) / 1000)
         e.acked = true
         if (pending[0] === e) trim()
       },
       (cause: unknown) => {
+        options.failed?.()
         lastError = cause instanceof Error ? cause.message : String(cause)
         // Unref'd: a retry must not keep a stopping process alive; what it would store is reported lost.
         retry ??= setTimeout(resend, options.retryAfterMillis).unref()

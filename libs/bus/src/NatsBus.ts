@@ -33,6 +33,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import * as Stream from "effect/Stream"
+import * as Instruments from "@switchboard/telemetry/Instruments"
+import { Metrics } from "@switchboard/telemetry/Metrics"
 import {
   Bus,
   BusError,
@@ -47,6 +49,7 @@ import {
 import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
 import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "./internal/NatsShims.ts"
+import * as KvMetrics from "./KvMetrics.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
@@ -367,18 +370,21 @@ export const makeJournal = (
   namespace: string,
   jsm: () => Promise<JetStreamManager>,
   replicas = 1,
-  lost: (journal: string, count: number, why: string) => void = () => {}
+  lost: (journal: string, count: number, why: string) => void = () => {},
+  observer?: Instruments.JournalObserver
 ): JournalShape => {
   const js = jetstream(nc)
   const log = (m: JetStreamManager, spec: JournalSpec): JournalLog => {
     const name = `${namespace}_${spec.name}`
     const subjectOf = (key: string) => `${namespace}.${Subjects.journalSubject(spec.name, key)}`
+    const keyOf = (subject: string) => subject.slice(subjectOf("").length)
     const append = appender(js, {
       retryAfterMillis: 250,
       giveUpAfterMillis: Duration.toMillis(Duration.decode(spec.retryFor)),
       maxPending: 10_000,
       timeoutMillis: 5_000,
-      lost: (count, why) => lost(spec.name, count, why)
+      lost: (count, why) => lost(spec.name, count, why),
+      ...(observer === undefined ? {} : { stored: (subject: string, seconds: number) => observer.stored(keyOf(subject), seconds), failed: observer.failed })
     })
     const toEntry = (msg: JsMsg): JournalEntry => ({
       seq: msg.seq,
@@ -394,7 +400,13 @@ export const makeJournal = (
           headers = natsHeaders()
           headers.set(Subjects.Header.traceparent, options.traceparent)
         }
-        append(subjectOf(key), data, options?.lost, headers)
+        if (observer === undefined) return append(subjectOf(key), data, options?.lost, headers)
+        // The key's lag lasts until its entry is stored or given up.
+        observer.appended(key)
+        append(subjectOf(key), data, (why) => {
+          observer.lost(key, 1)
+          options?.lost?.(why)
+        }, headers)
       },
       read: (key, { before, limit }) =>
         Effect.tryPromise({
@@ -491,12 +503,13 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
       yield* Effect.logInfo(`connected to NATS at ${nc.getServer()} (namespace ${namespace})`)
       const jsm = lazyManager(nc)
       const runtime = yield* Effect.runtime<never>()
+      const metrics = yield* Metrics
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
-        Context.add(Kv, makeKv(nc, namespace, jsm, options.replicas)),
+        Context.add(Kv, KvMetrics.metered(makeKv(nc, namespace, jsm, options.replicas), metrics)),
         Context.add(
           Journal,
           makeJournal(nc, namespace, jsm, options.replicas, (journal, count, why) =>
-            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)))
+            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)), Instruments.journal(metrics))
         )
       )
     })

@@ -8,14 +8,21 @@ import type * as Scope from "effect/Scope"
  * every entry lives equally long, the oldest expires first, and a Map iterates oldest first: only
  * the oldest entry's deadline needs a timer.
  */
+
+/** Counts a map keeps up to date for metrics (see `Instruments.requests`): plain numbers, no lookups. */
+export interface InFlight {
+  readonly pending: { value: number }
+  readonly timeouts: { value: number }
+}
+
 export class TimedMap<K, V> {
   /**
    * A map that stops with the scope: an actor's pending requests must not expire after the actor
    * ended (handed over or stopped with its replica), when their errors would go out on a bus that
    * drains, or to a client the new owner already answers.
    */
-  static make<K, V>(millis: number, onExpired: (key: K, value: V) => void): Effect.Effect<TimedMap<K, V>, never, Scope.Scope> {
-    return Effect.acquireRelease(Effect.sync(() => new TimedMap<K, V>(millis, onExpired)), (map) => Effect.sync(() => map.clear()))
+  static make<K, V>(millis: number, onExpired: (key: K, value: V) => void, inFlight?: InFlight): Effect.Effect<TimedMap<K, V>, never, Scope.Scope> {
+    return Effect.acquireRelease(Effect.sync(() => new TimedMap<K, V>(millis, onExpired, inFlight)), (map) => Effect.sync(() => map.clear()))
   }
 
   private readonly entries_ = new Map<K, { readonly value: V; readonly expiresAt: number }>()
@@ -24,7 +31,9 @@ export class TimedMap<K, V> {
   constructor(
     private readonly millis: number,
     /** Called once per expired entry, after it left the map. */
-    private readonly onExpired: (key: K, value: V) => void
+    private readonly onExpired: (key: K, value: V) => void,
+    /** Shared by every map of a service; a map of its own when not metered. */
+    private readonly inFlight: InFlight = { pending: { value: 0 }, timeouts: { value: 0 } }
   ) {}
 
   get size() {
@@ -38,12 +47,14 @@ export class TimedMap<K, V> {
   }
   /** Adds or replaces an entry; either way its time starts now. */
   set(key: K, value: V) {
-    this.entries_.delete(key)
+    if (!this.entries_.delete(key)) this.inFlight.pending.value++
     this.entries_.set(key, { value, expiresAt: performance.now() + this.millis })
     if (this.timer === undefined) this.arm()
   }
   delete(key: K) {
-    return this.entries_.delete(key)
+    if (!this.entries_.delete(key)) return false
+    this.inFlight.pending.value--
+    return true
   }
   *entries(): IterableIterator<readonly [K, V]> {
     for (const [key, entry] of this.entries_) yield [key, entry.value]
@@ -53,6 +64,7 @@ export class TimedMap<K, V> {
   }
   /** Empties the map and stops its timer; nothing expires. */
   clear() {
+    this.inFlight.pending.value -= this.entries_.size
     this.entries_.clear()
     if (this.timer !== undefined) clearTimeout(this.timer)
     this.timer = undefined
@@ -72,6 +84,8 @@ export class TimedMap<K, V> {
     for (const [key, { expiresAt, value }] of this.entries_) {
       if (expiresAt > now) break
       this.entries_.delete(key)
+      this.inFlight.pending.value--
+      this.inFlight.timeouts.value++
       this.onExpired(key, value)
     }
     this.arm()

@@ -61,4 +61,22 @@ describe("TimedMap", () => {
     expect(expired).toEqual(["retry#1@30", "retry#2@60", "retry#3@90"])
     expect(map.size).toBe(0)
   })
+
+  it("keeps the shared in-flight counts: pending through set, replace, delete, clear and expiry; timeouts on expiry only", () => {
+    const inFlight = { pending: { value: 0 }, timeouts: { value: 0 } }
+    const a = new TimedMap<string, number>(200, () => {}, inFlight)
+    const b = new TimedMap<string, number>(200, () => {}, inFlight)
+    a.set("1", 1)
+    a.set("1", 2) // replaced, still one request
+    a.set("2", 1)
+    b.set("1", 1)
+    expect(inFlight.pending.value).toBe(3)
+    expect(a.delete("2")).toBe(true)
+    expect(a.delete("2")).toBe(false)
+    expect(inFlight.pending.value).toBe(2)
+    b.clear()
+    expect(inFlight.pending.value).toBe(1)
+    vi.advanceTimersByTime(200)
+    expect(inFlight).toEqual({ pending: { value: 0 }, timeouts: { value: 1 } })
+  })
 })

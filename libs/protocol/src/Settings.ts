@@ -140,6 +140,23 @@ export const describe = (error: ConfigError.ConfigError): string => {
 export class StartupFailure extends Data.TaggedError("StartupFailure")<{ readonly message: string; readonly cause?: unknown }> {}
 
 /**
+ * Why a server could not listen, in words that name the setting to change: `portSetting` for the
+ * port (`PORT`, `METRICS_PORT`), `HOST` for the address, which every port of a process binds.
+ */
+export const listenFailure = (error: Error & { readonly code?: string }, host: string, port: number, portSetting = "PORT") => {
+  const message = error.code === "EADDRINUSE"
+    ? `cannot listen on ${host}:${port}: the port is in use (set ${portSetting} to a free port)`
+    : error.code === "EACCES"
+    ? `cannot listen on ${host}:${port}: permission denied (ports below 1024 need privileges; set ${portSetting})`
+    : error.code === "ENOTFOUND" || error.code === "EAI_AGAIN"
+    ? `HOST=${host} does not resolve (${error.code}); set HOST to an address or name of this machine, e.g. 0.0.0.0`
+    : error.code === "EADDRNOTAVAIL"
+    ? `HOST=${host} is not an address of this machine (set HOST, e.g. 0.0.0.0 or 127.0.0.1)`
+    : `cannot listen on ${host}:${port}: ${error.message}`
+  return new StartupFailure({ message, cause: error })
+}
+
+/**
  * The one line a process prints when it cannot start: a refused setting, or any failure that
  * carries a message (a start-up failure, a bus it cannot connect to). Defects are not handled here.
  */

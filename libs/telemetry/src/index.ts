@@ -1,2 +1,5 @@
+export * as Instruments from "./Instruments.ts"
 export * as Logging from "./Logging.ts"
+export * as Metrics from "./Metrics.ts"
+export * as MetricsServer from "./MetricsServer.ts"
 export * as Telemetry from "./Telemetry.ts"

@@ -11,7 +11,7 @@ import { Registry } from "@switchboard/registry"
 import * as RegistryConfig from "@switchboard/registry/Config"
 import { Router } from "@switchboard/router"
 import * as RouterConfig from "@switchboard/router/Config"
-import { Logging, Telemetry } from "@switchboard/telemetry"
+import { Logging, MetricsServer, Telemetry } from "@switchboard/telemetry"
 import * as Config from "effect/Config"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
@@ -41,7 +41,11 @@ export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer,
   Layer.provide(Tokens.layerWithDevFallback(devToken))
 )
 
-export const layer = services.pipe(
+/**
+ * One metrics endpoint (`METRICS_PORT`) for the whole process: every service's metrics and the
+ * edge's. The edge's own `/metrics` on `PORT` stays the edge's alone, as on a separate edge.
+ */
+export const layer = Layer.merge(services, MetricsServer.layer).pipe(
   Layer.provide(BusConfig.layer("switchboard")),
   Layer.provide(Telemetry.layer("switchboard")),
   Layer.provide(Logging.layer)
@@ -49,7 +53,7 @@ export const layer = services.pipe(
 
 /** Every setting the process reads, so that a bad one is refused before anything starts or prints. */
 export const settings = Config.all(
-  [AuthConfig, BrokerConfig, BusConfig, EdgeConfig, Logging, RegistryConfig, RouterConfig, { endpoint: Telemetry.otlpEndpoint }].flatMap((module) =>
+  [AuthConfig, BrokerConfig, BusConfig, EdgeConfig, Logging, MetricsServer, RegistryConfig, RouterConfig, { endpoint: Telemetry.otlpEndpoint }].flatMap((module) =>
     Object.values(module).filter(Config.isConfig)
   )
 )

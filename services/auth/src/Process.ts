@@ -5,7 +5,7 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { type Bus, BusConfig, type Journal, type Kv } from "@switchboard/bus"
 import { Settings } from "@switchboard/protocol"
-import { Logging, Telemetry } from "@switchboard/telemetry"
+import { Logging, MetricsServer, Telemetry } from "@switchboard/telemetry"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -23,12 +23,12 @@ export const exitWithOneLine = (name: string) => (error: unknown) =>
   )
 
 /**
- * A layer that needs only the bus and tracing. A setting it refuses, or a failure that stops it
+ * A layer that needs only the bus and tracing, with the process's metrics on `METRICS_PORT`. A setting it refuses, or a failure that stops it
  * from starting (NATS out of reach, a port in use), ends the process with one line on stderr and
  * exit code 1, as `npm start` does, instead of a logged cause with a stack.
  */
 export const runOnBus = <E>(name: string, service: Layer.Layer<never, E, Bus.Bus | Kv.Kv | Journal.Journal | Telemetry.Tracing>) =>
-  service.pipe(
+  Layer.merge(service, MetricsServer.layer).pipe(
     Layer.provide(BusConfig.layer(`switchboard-${name}`, { alone: true })),
     Layer.provide(Telemetry.layer(`switchboard-${name}`)),
     Layer.provide(Logging.layer),

@@ -7,7 +7,7 @@
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol, Settings } from "@switchboard/protocol"
-import { Telemetry } from "@switchboard/telemetry"
+import { Metrics, Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
@@ -141,20 +141,6 @@ const requestLog = (req: Http.IncomingMessage) => ({
   remote: req.socket.remoteAddress ?? "unknown"
 })
 
-/** Why the edge could not listen, in words that name the setting to change. */
-const listenFailure = (error: Error & { readonly code?: string }, host: string, port: number) => {
-  const message = error.code === "EADDRINUSE"
-    ? `cannot listen on ${host}:${port}: the port is in use (set PORT to a free port)`
-    : error.code === "EACCES"
-    ? `cannot listen on ${host}:${port}: permission denied (ports below 1024 need privileges; set PORT)`
-    : error.code === "ENOTFOUND" || error.code === "EAI_AGAIN"
-    ? `HOST=${host} does not resolve (${error.code}); set HOST to an address or name of this machine, e.g. 0.0.0.0`
-    : error.code === "EADDRNOTAVAIL"
-    ? `HOST=${host} is not an address of this machine (set HOST, e.g. 0.0.0.0 or 127.0.0.1)`
-    : `cannot listen on ${host}:${port}: ${error.message}`
-  return new Settings.StartupFailure({ message, cause: error })
-}
-
 /** How long a refused upgrade's socket may wait for the peer to close its side before it is destroyed. */
 const REFUSED_LINGER_MS = 2000
 
@@ -231,6 +217,8 @@ const make = (options: EdgeOptions) =>
     }
 
     const metrics = new EdgeMetrics()
+    // Also on the process's metrics port, next to the services' metrics in the all-in-one.
+    yield* Effect.acquireRelease(Effect.map(Metrics.Metrics, (registry) => registry.include(() => metrics.render())), (remove) => Effect.sync(remove))
     const sockets = new Map<Subjects.ConnId, Socket>()
     let shuttingDown = false
     const fibers = yield* FiberSet.make()
@@ -849,7 +837,7 @@ const make = (options: EdgeOptions) =>
           connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeout / 2))
         }, onRequest)
         server.on("upgrade", onUpgrade)
-        server.once("error", (e) => resume(Effect.fail(listenFailure(e, config.host, config.port))))
+        server.once("error", (e) => resume(Effect.fail(Settings.listenFailure(e, config.host, config.port))))
         server.listen(config.port, config.host, () => {
           // Once listening, an error (accept failing for want of file descriptors, say) is logged; the edge carries on.
           server.on("error", (e) => logCaught("edge: server error", e, {}))

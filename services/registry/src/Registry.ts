@@ -10,7 +10,8 @@ import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
-import { Telemetry } from "@switchboard/telemetry"
+import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
+import * as CallOutcome from "./CallOutcome.ts"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -98,6 +99,9 @@ export const make = Effect.gen(function*() {
   const link = yield* Actors.edgeLink
   const { tracer } = yield* Telemetry.Tracing
   const traced = Option.isSome(tracer)
+  const metrics = yield* Metrics.Metrics
+  const inFlight = Instruments.requests(metrics, "registry")
+  const toolCall = Instruments.toolCalls(metrics)
   const config = {
     callTimeout: yield* RegistryConfig.callTimeout,
     retries: yield* RegistryConfig.retries,
@@ -363,8 +367,8 @@ export const make = Effect.gen(function*() {
         const tab = call.tab
         if (tab === undefined) return
         socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
-        fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`)
-      })
+        fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`, "timeout")
+      }, inFlight)
       let seq = 0
 
       const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
@@ -402,8 +406,9 @@ export const make = Effect.gen(function*() {
         calls.delete(call.key)
         if (call.mapped !== undefined) byMapped.delete(call.mapped)
       }
-      const fail = (call: Call, code: number, message: string) => {
+      const fail = (call: Call, code: number, message: string, outcome = CallOutcome.ofFailure(code)) => {
         done(call)
+        toolCall(outcome)
         call.exchange.reply(failure(call.id, code, message), traceOf(call.span))
       }
 
@@ -702,6 +707,7 @@ export const make = Effect.gen(function*() {
         // Late (timed out, cancelled), or not from the tab the call went to: dropped.
         if (call === undefined || call.tab?.conn !== from.tab) return
         done(call)
+        toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
         const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
         const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
         if (call.span === undefined) return call.exchange.reply(answer)

@@ -9,7 +9,7 @@
 import { AuthClient } from "@switchboard/auth"
 import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
-import { Telemetry } from "@switchboard/telemetry"
+import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -97,6 +97,7 @@ export const make = Effect.gen(function*() {
   const auth = yield* AuthClient.AuthClient
   const { tracer } = yield* Telemetry.Tracing
   const traced = Option.isSome(tracer)
+  const inFlight = Instruments.requests(yield* Metrics.Metrics, "router")
   const link = yield* Actors.edgeLink
   const config = {
     requestTimeout: yield* RouterConfig.requestTimeout,
@@ -163,7 +164,7 @@ export const make = Effect.gen(function*() {
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
       /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
       const internal = yield* TimedMap.make<string, Bus.BusMessage>(internalMillis, (_, message) =>
-        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))))
+        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))), inFlight)
       const handed = decodeHandoff(handedOver)
       if (Option.isSome(handed) && handed.value.role === "extension") {
         for (const { id, reply } of handed.value.internal) internal.set(id, replyTo(reply))
@@ -453,7 +454,7 @@ export const make = Effect.gen(function*() {
         Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))),
         Effect.forkScoped
       )
-      const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)))
+      const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)), inFlight)
       // Requests in flight at the replica that handed this socket over: their answers come here.
       const handed = decodeHandoff(handedOver)
       if (Option.isSome(handed) && handed.value.role === "client") {

@@ -120,6 +120,8 @@ const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
             ...baseEnv(),
             ...(options.natsUrl === undefined ? {} : { NATS_URL: options.natsUrl }),
             PORT: "0",
+            // Processes of many tests share this machine: the default 9464 would be taken by the first.
+            METRICS_PORT: "0",
             SWITCHBOARD_JWT_SECRET: SECRET,
             SWITCHBOARD_NAMESPACE: options.namespace,
             LOG_LEVEL: "info",
@@ -201,6 +203,16 @@ export const registry = (options: ProcessOptions) => Effect.map(start("registry"
 
 /** The MCPx broker, returned once it hosts connection actors (and so sequences topics). */
 export const broker = (options: ProcessOptions) => Effect.map(start("broker", options, BROKER_HOSTING), ({ proc }) => proc)
+
+/** Where a process serves its metrics (`METRICS_PORT`, 0 in tests), from the line it logs at start. */
+export const metricsUrl = (proc: ServiceProcess) =>
+  Effect.suspend(() => {
+    const m = /metrics on (http:\/\/[^\s/"]+)\/metrics/.exec(proc.output())
+    return m?.[1] === undefined ? Effect.fail(`${proc.service} has not logged its metrics port yet`) : Effect.succeed(m[1])
+  }).pipe(
+    Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("20 seconds"))),
+    Effect.orElse(() => Effect.dieMessage(`${proc.service} never logged its metrics port:\n${proc.output()}`))
+  )
 
 /** A process that serves an edge, returned once it logs the port it listens on. */
 const listening = (service: "edge" | "all-in-one", options: ProcessOptions) =>
