@@ -14,6 +14,7 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
@@ -382,8 +383,16 @@ export const make = Effect.gen(function*() {
           call.timer = undefined
         }
       }
-      // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any reason.
-      yield* Effect.addFinalizer(() => Effect.sync(stopTimers))
+      // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any
+      // reason. An actor that ends interrupted was neither closed nor handed over: its replica
+      // stopped with no other to take the session. Its calls get an error now rather than silence.
+      yield* Effect.addFinalizer((exit) =>
+        Effect.sync(() => {
+          stopTimers()
+          if (Exit.isSuccess(exit)) return
+          for (const call of [...calls.values()]) fail(call, ErrorCode.ServerError, "The registry replica serving this session stopped; call the tool again")
+        })
+      )
 
       const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
 
