@@ -19,7 +19,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
-import { call, connected, handled, type Message, next } from "./support/ProxyPeers.ts"
+import { call, connected, handled, next } from "./support/ProxyPeers.ts"
 import { busLayer, configFrom, stack } from "./support/Stack.ts"
 import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
 
