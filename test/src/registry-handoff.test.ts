@@ -16,7 +16,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import type { TestClient } from "./support/Client.ts"
 import type { Message } from "./support/ProxyPeers.ts"
-import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
 import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
 
 // A slow heartbeat: survivors would adopt the stopped replica's sockets from KV only ~9 s after
@@ -118,5 +118,63 @@ describe("registry hand-off", () => {
       const last = yield* next(tab)
       answer({ mapped: last.id as string, n: -1 })
       expect(yield* next(hub)).toMatchObject({ id: "last", result: { content: [{ type: "text", text: "echo -1" }] } })
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+
+  it.scopedLive("a Streamable HTTP session's calls in flight are answered on their POSTs by the replica it was handed to", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const base = Context.get(ctx, Edge.EdgeServer).url
+      const start = replica(Registry.layer, servers, ns, env)
+      const first = yield* start
+      const tab = yield* rawTab(base.replace("http", "ws"), "alice")
+      tab.send(tabFrames.hello(1, "https://shop.example.com/", { id: "hello" }))
+      expect(yield* next(tab)).toMatchObject({ id: "hello" })
+      tab.send(tabFrames.register([tabFrames.tool("echo")], "register"))
+      expect(yield* next(tab)).toMatchObject({ id: "register" })
+
+      const t = yield* token({ sub: "alice" })
+      const post = (body: object, session?: string) =>
+        Effect.promise(async () => {
+          const res = await fetch(`${base}/hub`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${t}`,
+              accept: "application/json, text/event-stream",
+              "content-type": "application/json",
+              ...(session === undefined ? {} : { "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" })
+            },
+            body: JSON.stringify(body)
+          })
+          return { session: res.headers.get("mcp-session-id"), body: (await res.json()) as Message }
+        })
+      const init = yield* post({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
+      const session = init.session ?? (yield* Effect.dieMessage("initialize returned no Mcp-Session-Id"))
+      for (let listed = false; !listed;) {
+        const r = yield* post({ jsonrpc: "2.0", id: "list", method: "tools/list" }, session)
+        listed = ((r.body.result as { tools: Array<{ name: string }> }).tools).some((tool) => tool.name === TOOL)
+      }
+      yield* start
+
+      // Every call waits at the tab, its POST open at the edge, while the replica stops.
+      const calls = 20
+      const answers = yield* Effect.forEach(
+        Array.from({ length: calls }, (_, i) => i + 1),
+        (n) => Effect.fork(post({ jsonrpc: "2.0", id: n, method: "tools/call", params: { name: TOOL, arguments: { n } } }, session))
+      )
+      const executed: Array<{ readonly mapped: string; readonly n: number }> = []
+      while (executed.length < calls) {
+        const got = yield* next(tab)
+        executed.push({ mapped: got.id as string, n: ((got.params as Message)["args"] as Message)["n"] as number })
+      }
+      yield* first.stop
+      for (const { mapped, n } of executed) {
+        tab.send({ jsonrpc: "2.0", id: mapped, result: { success: true, payload: { content: [{ type: "text", text: `echo ${n}` }] } } })
+      }
+      const got = yield* Effect.forEach(answers, Fiber.join).pipe(Effect.timeout("10 seconds"))
+      expect(got.map((r) => r.body)).toEqual(
+        Array.from({ length: calls }, (_, i) => ({ jsonrpc: "2.0", id: i + 1, result: { content: [{ type: "text", text: `echo ${i + 1}` }] } }))
+      )
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })
