@@ -6,7 +6,7 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { isRecord } from "./JsonRpc.ts"
+import { Id, isRecord } from "./JsonRpc.ts"
 
 /** MCP-B's own error code: no tab has (or could be opened for) the tool. */
 export const TabNotFound = -32001
@@ -177,6 +177,41 @@ export const SessionRecord = Schema.Union(
   Schema.Struct({ role: Schema.Literal("tab"), user: Schema.String, domain: Schema.String, tabId: Schema.Number })
 )
 export type SessionRecord = typeof SessionRecord.Type
+
+/**
+ * Where a `/hub` call's answer goes: down the session's socket, or on the Streamable HTTP
+ * exchange (edge and exchange id) its request came in on, which any replica can answer.
+ */
+export const ExchangeRef = Schema.Union(
+  Schema.Struct({ kind: Schema.Literal("ws") }),
+  Schema.Struct({ kind: Schema.Literal("http"), edge: Schema.String, http: Schema.String })
+)
+export type ExchangeRef = typeof ExchangeRef.Type
+
+/**
+ * What a `/hub` session's actor keeps only in memory, handed to the replica that adopts the
+ * session when its own stops: its `tools/call`s in flight, so that a tab's late answer still
+ * reaches the caller there, and its id counter, so that no new attempt reuses an id in flight.
+ */
+export const HubHandoff = Schema.Struct({
+  role: Schema.Literal("hub"),
+  seq: Schema.Number,
+  calls: Schema.Array(Schema.Struct({
+    id: Id,
+    name: Schema.String,
+    target: Schema.Struct({ domain: Schema.String, tool: Schema.String, tabId: Schema.optionalWith(Schema.Number, { exact: true }) }),
+    args: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+    progressToken: Schema.optional(Schema.Union(Schema.String, Schema.Number)),
+    exchange: ExchangeRef,
+    attempts: Schema.Number,
+    opened: Schema.Boolean,
+    phase: Schema.Literal("sent", "opening", "backoff"),
+    /** The attempt in flight, and the tab it went to. */
+    mapped: Schema.optional(Schema.String),
+    tab: Schema.optional(Schema.Struct({ conn: Schema.String, edge: Schema.String, domain: Schema.String, tabId: Schema.Number }))
+  }))
+})
+export type HubHandoff = typeof HubHandoff.Type
 
 /** The `kind` header of peer messages between registry actors. */
 export const PeerKind = {

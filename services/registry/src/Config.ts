@@ -40,6 +40,11 @@ export const replicaHeartbeat = Settings.livenessInterval(
   Subjects.Bucket.replicas.ttl,
   "Liveness period of a registry replica; survivors adopt its sockets after it stops"
 )
+export const shutdownGrace = Settings.duration(
+  "REGISTRY_SHUTDOWN_GRACE",
+  "10 seconds",
+  "How long a stopping registry replica may take to hand its sessions and tabs to the other replicas (well under Kubernetes' 30 s)"
+)
 export const httpReplayEvents = Settings.nonNegativeInt(
   "REGISTRY_HTTP_REPLAY_EVENTS",
   100,

@@ -5,7 +5,8 @@
  * notifications to its current GET stream with event ids, keeping the last few for a stream that
  * resumes with `Last-Event-ID`, on any edge.
  */
-import type { Actors, Subjects } from "@switchboard/bus"
+import { type Actors, Subjects } from "@switchboard/bus"
+import type { Registry } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -18,6 +19,8 @@ export interface Exchange {
   readonly notify: (data: string) => void
   /** The request ends with no answer (it was cancelled). */
   readonly end: () => void
+  /** What another replica needs to answer on it (`resume`) once the session moved; none when nobody can be answered. */
+  readonly ref: Registry.ExchangeRef | undefined
 }
 
 export interface HubTransport {
@@ -25,6 +28,8 @@ export interface HubTransport {
   readonly kind: "ws" | "http"
   /** Where the answers to this frame's request go. */
   readonly exchange: (frame: Actors.Frame) => Exchange
+  /** The exchange `ref` names, on the replica the session was handed to. */
+  readonly resume: (ref: Registry.ExchangeRef) => Exchange
   /** Whether this frame may speak for the session (an HTTP request's own token must be the session user's). */
   readonly admits: (frame: Actors.Frame, user: string | undefined) => boolean
   /** Transport control rather than a client message (an HTTP GET stream opened or closed); true when handled. */
@@ -39,10 +44,11 @@ export interface HubTransport {
 
 /** Everything down the socket. */
 export const webSocket = (conn: Actors.Connection): HubTransport => {
-  const exchange: Exchange = { reply: conn.send, notify: conn.send, end: () => {} }
+  const exchange: Exchange = { reply: conn.send, notify: conn.send, end: () => {}, ref: { kind: "ws" } }
   return {
     kind: "ws",
     exchange: () => exchange,
+    resume: () => exchange,
     admits: () => true,
     control: () => false,
     push: conn.send,
@@ -66,7 +72,7 @@ interface Buffered {
   readonly data: string
 }
 
-const noExchange: Exchange = { reply: () => {}, notify: () => {}, end: () => {} }
+const noExchange: Exchange = { reply: () => {}, notify: () => {}, end: () => {}, ref: undefined }
 
 /**
  * A Streamable HTTP session. Its timers live in the actor's scope. Event ids are `<epoch>.<n>`:
@@ -132,6 +138,16 @@ export const http = (
       return from < 0 ? buffer.length : from
     }
 
+    const exchangeOn = (edge: Subjects.EdgeId, exchange: string): Exchange => {
+      const out = link.exchange(edge, conn.id, exchange)
+      return {
+        reply: (data, traceparent) => out.send(data, traceparent === undefined ? { end: true } : { end: true, traceparent }),
+        notify: (data) => out.send(data),
+        end: () => out.send("", { end: true }),
+        ref: { kind: "http", edge, http: exchange }
+      }
+    }
+
     return {
       kind: "http",
       exchange: (frame) => {
@@ -139,13 +155,10 @@ export const http = (
         const edge = frame.edge
         const exchange = frame.http
         if (edge === undefined || exchange === undefined) return noExchange
-        const out = link.exchange(edge, conn.id, exchange)
-        return {
-          reply: (data, traceparent) => out.send(data, traceparent === undefined ? { end: true } : { end: true, traceparent }),
-          notify: (data) => out.send(data),
-          end: () => out.send("", { end: true })
-        }
+        return exchangeOn(edge, exchange)
       },
+      // The POST waits at its edge for its answer, whichever replica sends it.
+      resume: (ref) => (ref.kind === "http" ? exchangeOn(Subjects.EdgeId(ref.edge), ref.http) : noExchange),
       admits: (frame, user) => frame.user !== undefined && frame.user === user,
       control: (frame) => {
         const op = frame.httpOp

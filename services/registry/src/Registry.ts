@@ -15,6 +15,7 @@ import * as CallOutcome from "./CallOutcome.ts"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
@@ -116,6 +117,7 @@ export const make = Effect.gen(function*() {
     maxToolsPerTab: yield* RegistryConfig.maxToolsPerTab,
     maxPending: yield* RegistryConfig.maxPending,
     replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat,
+    shutdownGrace: yield* RegistryConfig.shutdownGrace,
     http: {
       replayEvents: yield* RegistryConfig.httpReplayEvents,
       replayAge: yield* RegistryConfig.httpReplayAge,
@@ -310,10 +312,15 @@ export const make = Effect.gen(function*() {
 
   // --- the MCP session's actor (`/hub`) ----------------------------------------------------
 
+  /** The tab an attempt went to: what routes its answer, and what a hand-off carries. */
+  type TabRef = Pick<Registry.TabRecord, "conn" | "edge" | "domain" | "tabId">
+
   interface Call {
     readonly id: JsonRpc.Id
     readonly key: string
-    readonly listed: Naming.Listed
+    /** The tool's name as the client called it, and the tab's tool it stands for. */
+    readonly name: string
+    readonly target: Naming.Target
     readonly args: Record<string, unknown>
     readonly progressToken: string | number | undefined
     readonly span: Tracer.Span | undefined
@@ -326,7 +333,7 @@ export const make = Effect.gen(function*() {
     phase: "sent" | "opening" | "backoff"
     /** The id of the attempt in flight, and the tab it went to. */
     mapped: string | undefined
-    tab: Registry.TabRecord | undefined
+    tab: TabRef | undefined
     /** While it waits for a tab to open, or to be retried; an attempt in flight times out in `byMapped`. */
     timer: ReturnType<typeof setTimeout> | undefined
   }
@@ -336,7 +343,9 @@ export const make = Effect.gen(function*() {
   const backoffMillis = Duration.toMillis(config.retryBackoff)
   const idKey = (id: JsonRpc.Id) => `${typeof id}:${id}`
 
-  const hubActor = (conn: Actors.Connection, restored: boolean) =>
+  const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
+
+  const hubActor = (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
@@ -363,13 +372,31 @@ export const make = Effect.gen(function*() {
       let wakeQueued = false
       const calls = new Map<string, Call>()
       /** Attempts in flight by mapped id; an attempt's tab gets `notifications/cancelled` once it times out. */
-      const byMapped = new TimedMap<string, Call>(callTimeoutMillis, (mapped, call) => {
+      // In the actor's scope: once the session is handed over or its replica stops, a call that
+      // expires here would answer a client the new owner answers, or no one.
+      const byMapped = yield* TimedMap.make<string, Call>(callTimeoutMillis, (mapped, call) => {
         const tab = call.tab
         if (tab === undefined) return
         socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
         fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`, "timeout")
       }, inFlight)
       let seq = 0
+      const stopTimers = () => {
+        for (const call of calls.values()) {
+          if (call.timer !== undefined) clearTimeout(call.timer)
+          call.timer = undefined
+        }
+      }
+      // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any
+      // reason. An actor that ends interrupted was neither closed nor handed over: its replica
+      // stopped with no other to take the session. Its calls get an error now rather than silence.
+      yield* Effect.addFinalizer((exit) =>
+        Effect.sync(() => {
+          stopTimers()
+          if (Exit.isSuccess(exit)) return
+          for (const call of [...calls.values()]) fail(call, ErrorCode.ServerError, "The registry replica serving this session stopped; call the tool again")
+        })
+      )
 
       const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
 
@@ -428,7 +455,7 @@ export const make = Effect.gen(function*() {
       }
 
       const sockets = new Map<string, Actors.Socket>()
-      const socketOf = (tab: Registry.TabRecord) => {
+      const socketOf = (tab: TabRef) => {
         let s = sockets.get(tab.conn)
         if (s === undefined) {
           if (sockets.size > 1_000) sockets.clear()
@@ -438,8 +465,8 @@ export const make = Effect.gen(function*() {
       }
 
       const dispatch = (call: Call) => {
-        const { domain, tool } = call.listed.target
-        const tab = pick(call.listed.target)
+        const { domain, tool } = call.target
+        const tab = pick(call.target)
         if (tab !== undefined) return sendTo(call, tab)
         const cached = view?.cached(domain, tool)
         if (cached !== undefined && !call.opened && user !== undefined) return openTab(call, cached, user)
@@ -459,7 +486,7 @@ export const make = Effect.gen(function*() {
         byMapped.set(mapped, call)
         call.span?.attribute("mcp.mapped_id", mapped)
         const params = {
-          toolName: call.listed.target.tool,
+          toolName: call.target.tool,
           args: call.args,
           ...(call.progressToken === undefined ? {} : { _meta: { progressToken: mapped } })
         }
@@ -470,13 +497,9 @@ export const make = Effect.gen(function*() {
       const openTab = (call: Call, cached: Registry.CachedToolRecord, owner: string) => {
         call.opened = true
         call.phase = "opening"
-        const { domain, tool } = call.listed.target
+        const { domain, tool } = call.target
         const url = cached.url
-        if (call.timer !== undefined) clearTimeout(call.timer)
-        call.timer = setTimeout(
-          () => fail(call, TabNotFound, `TabNotFound: opened ${url}, but no tab of ${domain} registered ${tool} within ${Duration.format(config.tabWait)}`),
-          tabWaitMillis
-        )
+        awaitTab(call, url)
         runFork(
           InternalClient.request(owner, "createTab", { url }).pipe(
             Effect.provideService(Bus.Bus, bus),
@@ -491,19 +514,34 @@ export const make = Effect.gen(function*() {
         )
       }
 
-      /** The tab a call went to closed (its entry is gone or belongs to a newer socket). */
-      const tabClosed = (call: Call, tab: Registry.TabRecord) => {
-        if (call.mapped !== undefined) byMapped.delete(call.mapped)
-        call.mapped = undefined
-        if (call.attempts > config.retries) {
-          return fail(call, ErrorCode.InternalError, `Tab ${tab.tabId} of ${tab.domain} closed during the call; gave up after ${call.attempts} attempts`)
-        }
+      /** A call waits this long for the tab it opened at `url` to register its tool. */
+      const awaitTab = (call: Call, url: string) => {
+        const { domain, tool } = call.target
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        call.timer = setTimeout(
+          () => fail(call, TabNotFound, `TabNotFound: opened ${url}, but no tab of ${domain} registered ${tool} within ${Duration.format(config.tabWait)}`),
+          tabWaitMillis
+        )
+      }
+
+      /** A retry waits before it dispatches again. */
+      const backOff = (call: Call) => {
         call.phase = "backoff"
         if (call.timer !== undefined) clearTimeout(call.timer)
         call.timer = setTimeout(() => {
           call.timer = undefined
           dispatch(call)
         }, backoffMillis)
+      }
+
+      /** The tab a call went to closed (its entry is gone or belongs to a newer socket). */
+      const tabClosed = (call: Call, tab: TabRef) => {
+        if (call.mapped !== undefined) byMapped.delete(call.mapped)
+        call.mapped = undefined
+        if (call.attempts > config.retries) {
+          return fail(call, ErrorCode.InternalError, `Tab ${tab.tabId} of ${tab.domain} closed during the call; gave up after ${call.attempts} attempts`)
+        }
+        backOff(call)
       }
 
       const toolsCall = (request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => {
@@ -524,7 +562,8 @@ export const make = Effect.gen(function*() {
         const call: Call = {
           id: request.id,
           key,
-          listed,
+          name: listed.name,
+          target: listed.target,
           args,
           progressToken,
           span,
@@ -716,7 +755,7 @@ export const make = Effect.gen(function*() {
           Effect.withSpan("registry.reply", {
             kind: "server",
             parent: call.span,
-            attributes: { "rpc.method": "tools/call", "mcp.tool.name": call.listed.name, "mcp.request.id": String(call.id), "mcp.mapped_id": mapped, "sb.conn": conn.id, "user_id": user ?? "" }
+            attributes: { "rpc.method": "tools/call", "mcp.tool.name": call.name, "mcp.request.id": String(call.id), "mcp.mapped_id": mapped, "sb.conn": conn.id, "user_id": user ?? "" }
           }),
           Effect.ignore
         )
@@ -737,7 +776,73 @@ export const make = Effect.gen(function*() {
           return forget(conn)
         })
 
-      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+      /**
+       * The session moves to another replica: its calls in flight go with it, and from here on
+       * this actor answers none of them (its mailbox is handled up to here, and its timers stop),
+       * so each gets one answer, from the new owner. Their attempts' timeouts start again there.
+       */
+      const onHandoff = (): Registry.HubHandoff => {
+        const handed: Array<Registry.HubHandoff["calls"][number]> = []
+        for (const call of calls.values()) {
+          const ref = call.exchange.ref
+          // An answer with nowhere to go (an HTTP request that named no exchange) goes nowhere there either.
+          if (ref === undefined) continue
+          handed.push({
+            id: call.id,
+            name: call.name,
+            target: call.target,
+            args: call.args,
+            ...(call.progressToken === undefined ? {} : { progressToken: call.progressToken }),
+            exchange: ref,
+            attempts: call.attempts,
+            opened: call.opened,
+            phase: call.phase,
+            ...(call.mapped === undefined ? {} : { mapped: call.mapped }),
+            ...(call.tab === undefined ? {} : { tab: { conn: call.tab.conn, edge: call.tab.edge, domain: call.tab.domain, tabId: call.tab.tabId } })
+          })
+        }
+        stopTimers()
+        byMapped.clear()
+        return { role: "hub", seq, calls: handed }
+      }
+
+      // Calls in flight at the replica that handed this session over: their tabs answer here.
+      const handed = decodeHubHandoff(handedOver)
+      if (Option.isSome(handed)) {
+        seq = Math.max(seq, handed.value.seq)
+        for (const c of handed.value.calls) {
+          const key = idKey(c.id)
+          if (calls.has(key)) continue
+          const call: Call = {
+            id: c.id,
+            key,
+            name: c.name,
+            target: c.target,
+            args: c.args,
+            progressToken: c.progressToken,
+            span: undefined,
+            exchange: transport.resume(c.exchange),
+            attempts: c.attempts,
+            opened: c.opened,
+            phase: c.phase,
+            mapped: c.mapped,
+            tab: c.tab,
+            timer: undefined
+          }
+          calls.set(key, call)
+          if (call.phase === "backoff") backOff(call)
+          else if (call.phase === "opening") awaitTab(call, view?.cached(call.target.domain, call.target.tool)?.url ?? call.target.domain)
+          else if (call.mapped !== undefined) byMapped.set(call.mapped, call)
+          else dispatch(call)
+        }
+        // A tab that closed while the session moved: its calls are retried, as on any wake.
+        if (calls.size > 0) {
+          wakeQueued = true
+          conn.peer(conn.id, PeerKind.wake, "")
+        }
+      }
+
+      return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
     })
 
   /** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
@@ -763,7 +868,8 @@ export const make = Effect.gen(function*() {
   yield* Actors.host({
     service: "registry",
     replicaHeartbeat: config.replicaHeartbeat,
-    make: (conn, restored) => (conn.open.path === "/tabs" ? tabActor(conn, restored) : hubActor(conn, restored))
+    shutdownGrace: config.shutdownGrace,
+    make: (conn, restored, handedOver) => (conn.open.path === "/tabs" ? tabActor(conn, restored) : hubActor(conn, restored, handedOver))
   })
 
   // Tab entries outlive their socket only when every replica that could clean them up died with

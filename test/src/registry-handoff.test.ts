@@ -1,0 +1,180 @@
+/**
+ * A registry replica that stops (SIGTERM: its scope closes) hands its `/hub` session and its tab
+ * to the other replica with `tools/call`s in flight: over NATS, a hub client keeps 50 calls
+ * unanswered at the tab while the replica that owns both sockets stops. The tab answers them after
+ * the move; every call must get its own answer there, none may be lost, none answered twice.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Actors, Kv, Subjects } from "@switchboard/bus"
+import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
+import { NatsServer } from "@switchboard/testing"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import type { TestClient } from "./support/Client.ts"
+import type { Message } from "./support/ProxyPeers.ts"
+import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
+
+// A slow heartbeat: survivors would adopt the stopped replica's sockets from KV only ~9 s after
+// it stopped, long after this test has judged the hand-off.
+const env = { REGISTRY_REPLICA_HEARTBEAT: "3 seconds" }
+const IN_FLIGHT = 50
+const TOOL = "website_tool_shop_example_com_tab1_echo"
+
+const next = (c: TestClient) => c.next as Effect.Effect<Message>
+
+describe("registry hand-off", () => {
+  it.scopedLive("a stopping replica hands its /hub session and tab over with calls in flight: none lost, none answered wrong", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
+      const start = replica(Registry.layer, servers, ns, env)
+
+      const first = yield* start
+      const tab = yield* rawTab(ws, "alice")
+      tab.send(tabFrames.hello(1, "https://shop.example.com/", { id: "hello" }))
+      expect(yield* next(tab)).toMatchObject({ id: "hello", result: { tabId: 1 } })
+      tab.send(tabFrames.register([tabFrames.tool("echo")], "register"))
+      expect(yield* next(tab)).toMatchObject({ id: "register", result: { registered: 1 } })
+      const hub = yield* rawHub(ws, "alice")
+      // The session's view follows KV: the tool is listed once the tab's record reached it.
+      for (let listed = false; !listed;) {
+        hub.send({ jsonrpc: "2.0", id: "list", method: "tools/list" })
+        const m = yield* next(hub)
+        listed = m.id === "list" && ((m.result as { tools: Array<{ name: string }> }).tools).some((t) => t.name === TOOL)
+      }
+
+      yield* start
+      const connections = Kv.typed(yield* Context.get(ctx, Kv.Kv).bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+      const owners = connections.values().pipe(
+        Effect.map((records) => new Set(records.filter((r) => r.value.service === "registry").map((r) => r.value.replica))),
+        Effect.orDie
+      )
+      const before = yield* owners
+      expect(before.size).toBe(1)
+
+      // The tab answers each call with the number it was asked, keeping IN_FLIGHT unanswered.
+      const seen: Array<{ readonly mapped: string; readonly n: number }> = []
+      const answer = ({ mapped, n }: { readonly mapped: string; readonly n: number }) =>
+        tab.send({ jsonrpc: "2.0", id: mapped, result: { success: true, payload: { content: [{ type: "text", text: `echo ${n}` }] } } })
+      let sent = 0
+      /** One step of steady traffic: a call goes out, the tab gets it and answers an older one. */
+      const step = Effect.gen(function*() {
+        sent++
+        hub.send({ jsonrpc: "2.0", id: sent, method: "tools/call", params: { name: TOOL, arguments: { n: sent } } })
+        const got = yield* next(tab)
+        expect(got.method).toBe("browser/executeTool")
+        seen.push({ mapped: got.id as string, n: ((got.params as Message)["args"] as Message)["n"] as number })
+        if (seen.length > IN_FLIGHT) answer(seen[seen.length - IN_FLIGHT - 1]!)
+      })
+      for (let i = 0; i < 100; i++) yield* step
+
+      const stopped = yield* Deferred.make<number>()
+      const started = performance.now()
+      const stopping = yield* first.stop.pipe(
+        Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - started))),
+        Effect.fork
+      )
+      let after = 0
+      while (!(yield* Deferred.isDone(stopped)) || after++ < 100) yield* step
+      const stopMillis = yield* Deferred.await(stopped)
+      yield* Fiber.join(stopping)
+      // The last IN_FLIGHT calls are answered only now, at the replica that took both sockets.
+      for (const s of seen.slice(-IN_FLIGHT)) answer(s)
+
+      // Every call gets exactly one answer, its own.
+      const answers = new Map<number, Message>()
+      let wrong = 0
+      let errors = 0
+      const collect = Effect.gen(function*() {
+        while (answers.size < sent) {
+          const m = yield* next(hub)
+          if (m.id === undefined) continue // list_changed, when the tab's record moved
+          const id = m.id as number
+          if (answers.has(id)) wrong++
+          answers.set(id, m)
+          if (m.error !== undefined) errors++
+          else if (((m.result as Message)["content"] as Array<Message>)[0]?.["text"] !== `echo ${id}`) wrong++
+        }
+      })
+      yield* collect.pipe(Effect.timeout("10 seconds"), Effect.ignore)
+      const lost = sent - answers.size
+      console.log(`registry hand-off under traffic: ${sent} calls, stop took ${stopMillis.toFixed(0)} ms, lost ${lost}, errors ${errors}, wrong ${wrong}`)
+      expect({ lost, wrong, errors }).toEqual({ lost: 0, wrong: 0, errors: 0 })
+      // The tab saw every call once, in the client's order.
+      expect(seen.map((s) => s.n)).toEqual(Array.from({ length: sent }, (_, i) => i + 1))
+      expect(new Set(seen.map((s) => s.mapped)).size).toBe(sent)
+      // Both sockets now belong to the other replica, and still talk.
+      const now = yield* owners
+      expect(now.size).toBe(1)
+      expect([...now][0]).not.toBe([...before][0])
+      hub.send({ jsonrpc: "2.0", id: "last", method: "tools/call", params: { name: TOOL, arguments: { n: -1 } } })
+      const last = yield* next(tab)
+      answer({ mapped: last.id as string, n: -1 })
+      expect(yield* next(hub)).toMatchObject({ id: "last", result: { content: [{ type: "text", text: "echo -1" }] } })
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+
+  it.scopedLive("a Streamable HTTP session's calls in flight are answered on their POSTs by the replica it was handed to", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const base = Context.get(ctx, Edge.EdgeServer).url
+      const start = replica(Registry.layer, servers, ns, env)
+      const first = yield* start
+      const tab = yield* rawTab(base.replace("http", "ws"), "alice")
+      tab.send(tabFrames.hello(1, "https://shop.example.com/", { id: "hello" }))
+      expect(yield* next(tab)).toMatchObject({ id: "hello" })
+      tab.send(tabFrames.register([tabFrames.tool("echo")], "register"))
+      expect(yield* next(tab)).toMatchObject({ id: "register" })
+
+      const t = yield* token({ sub: "alice" })
+      const post = (body: object, session?: string) =>
+        Effect.promise(async () => {
+          const res = await fetch(`${base}/hub`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${t}`,
+              accept: "application/json, text/event-stream",
+              "content-type": "application/json",
+              ...(session === undefined ? {} : { "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" })
+            },
+            body: JSON.stringify(body)
+          })
+          return { session: res.headers.get("mcp-session-id"), body: (await res.json()) as Message }
+        })
+      const init = yield* post({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
+      const session = init.session ?? (yield* Effect.dieMessage("initialize returned no Mcp-Session-Id"))
+      for (let listed = false; !listed;) {
+        const r = yield* post({ jsonrpc: "2.0", id: "list", method: "tools/list" }, session)
+        listed = ((r.body.result as { tools: Array<{ name: string }> }).tools).some((tool) => tool.name === TOOL)
+      }
+      yield* start
+
+      // Every call waits at the tab, its POST open at the edge, while the replica stops.
+      const calls = 20
+      const answers = yield* Effect.forEach(
+        Array.from({ length: calls }, (_, i) => i + 1),
+        (n) => Effect.fork(post({ jsonrpc: "2.0", id: n, method: "tools/call", params: { name: TOOL, arguments: { n } } }, session))
+      )
+      const executed: Array<{ readonly mapped: string; readonly n: number }> = []
+      while (executed.length < calls) {
+        const got = yield* next(tab)
+        executed.push({ mapped: got.id as string, n: ((got.params as Message)["args"] as Message)["n"] as number })
+      }
+      yield* first.stop
+      for (const { mapped, n } of executed) {
+        tab.send({ jsonrpc: "2.0", id: mapped, result: { success: true, payload: { content: [{ type: "text", text: `echo ${n}` }] } } })
+      }
+      const got = yield* Effect.forEach(answers, Fiber.join).pipe(Effect.timeout("10 seconds"))
+      expect(got.map((r) => r.body)).toEqual(
+        Array.from({ length: calls }, (_, i) => ({ jsonrpc: "2.0", id: i + 1, result: { content: [{ type: "text", text: `echo ${i + 1}` }] } }))
+      )
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
