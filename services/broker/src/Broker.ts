@@ -139,7 +139,10 @@ export const make = Effect.gen(function*() {
   const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
   const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
   const replica = randomUUID()
-  const scope = yield* Effect.scope
+  // The sequencers' subscriptions live in a scope of their own, closed after the actor host's
+  // hand-off: a child of the layer's scope forked later would close before it, and a stopping
+  // replica would have no sequencer left to hand on.
+  const scope = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
   /** Topics this replica sequences. */
   const sequenced = new Map<string, Topic>()
   /** This replica stops: it takes on no topic, and hands its own on. */
