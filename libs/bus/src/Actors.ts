@@ -613,7 +613,13 @@ export const host = <R>(options: HostOptions<R>) =>
             Effect.catchAllDefect((d) => Effect.as(Effect.logWarning("hand-off failed", d), false))
           ),
         { concurrency: 256 }
-      ).pipe(Effect.timeout(grace), Effect.orElseSucceed(() => [] as Array<boolean>))
+      ).pipe(
+        // A finalizer runs uninterruptibly, as it must on SIGTERM, where its fiber is being
+        // interrupted; only the hand-offs themselves may be cut short, by the grace period.
+        Effect.interruptible,
+        Effect.timeout(grace),
+        Effect.orElseSucceed(() => [] as Array<boolean>)
+      )
       const handed = done.filter((ok) => ok).length
       counts.failed += all.length - handed
       if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
@@ -687,7 +693,7 @@ export const host = <R>(options: HostOptions<R>) =>
     // Registered last, so it runs first when this replica stops: while its heartbeat still says it
     // is alive (no survivor adopts from KV meanwhile) and its actors still run.
     // Finalizers run uninterruptibly; the hand-off's timeouts and races must be able to interrupt.
-    if (options.handoff !== false) yield* Effect.addFinalizer(() => Effect.interruptible(handOverAll))
+    if (options.handoff !== false) yield* Effect.addFinalizer(() => handOverAll)
 
     yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
     return { replica, handoffs: counts as Readonly<HandoffCounts> }
