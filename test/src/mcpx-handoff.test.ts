@@ -96,8 +96,11 @@ describe("broker hand-off", () => {
         Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - startedAt))),
         Effect.fork
       )
+      // Someone joins while the topic changes hands: its join must not be lost between sequencers.
+      const late = yield* Effect.fork(join(ws, TOPIC, { id: "late", privilege: "full" }))
       const stopMillis = yield* Deferred.await(stopped)
       yield* Fiber.join(stopping)
+      const latecomer = yield* Fiber.join(late)
       const sentAtStop = sent.length
       // Traffic goes on at the survivor for a while, then stops.
       yield* until((ids) => ids.includes(sent[sentAtStop + 100] ?? "-"), 20, "traffic flows after the stop")
@@ -118,6 +121,14 @@ describe("broker hand-off", () => {
       // One order for everyone.
       const order = received.get(seed)!
       for (const p of everyone) expect(received.get(p)).toEqual(order)
+
+      // The latecomer was welcomed (by `join`) and from then on received what everyone did.
+      const lateIds = Chunk.toReadonlyArray(yield* Queue.takeAll(latecomer.socket.messages))
+        .map((t) => JSON.parse(t) as Envelope)
+        .filter((e) => e.kind !== "presence")
+        .map((e) => (e.kind === "chat" ? e.id : `${e.kind}: ${JSON.stringify(e.payload)}`))
+      expect(lateIds.length).toBeGreaterThan(0)
+      expect(lateIds).toEqual(order.slice(order.length - lateIds.length))
 
       // The survivor sequences the topic and owns every socket.
       const now = yield* holder

@@ -553,9 +553,16 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const { topic } = request
       if (stopping) return { ok: false, reason: "this replica stops too" } as const
-      const pending = settingUp.get(topic)
-      if (pending !== undefined) yield* Deferred.await(pending)
+      for (let pending = settingUp.get(topic); pending !== undefined; pending = settingUp.get(topic)) yield* Deferred.await(pending)
       if (sequenced.has(topic)) return { ok: false, reason: "this replica has the topic set up already" } as const
+      // A participant joining here meanwhile waits for this, as for any set-up: it must not set
+      // up a second sequencer on finding the claim already this replica's.
+      const ready = Deferred.unsafeMake<void>(FiberId.none)
+      settingUp.set(topic, ready)
+      const done = Effect.sync(() => {
+        if (settingUp.get(topic) === ready) settingUp.delete(topic)
+        Deferred.unsafeDone(ready, Exit.void)
+      })
       const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
       const state: Topic = {
         name: topic,
@@ -588,7 +595,7 @@ export const make = Effect.gen(function*() {
         // An old sequencer that dies before it forwarded everything must not leave the topic held.
         run(Effect.sleep(TRANSFER_TIMEOUT).pipe(Effect.zipRight(Effect.suspend(() => (state.phase === "receiving" ? resume(state) : Effect.void)))))
         return { ok: true, replica } as const
-      }).pipe(Effect.onError(() => Scope.close(subscription, Exit.void)))
+      }).pipe(Effect.onError(() => Scope.close(subscription, Exit.void)), Effect.ensuring(done))
     })
 
   /** Hand-off requests from stopping replicas; this replica stops taking them when it stops itself. */
