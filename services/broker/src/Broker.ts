@@ -15,7 +15,7 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import type * as Fiber from "effect/Fiber"
+import * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as FiberSet from "effect/FiberSet"
 import * as Either from "effect/Either"
@@ -622,7 +622,15 @@ export const make = Effect.gen(function*() {
     const kept = topics.filter((t) => sequenced.get(t.name) === t).length
     if (kept > 0) yield* Effect.logWarning(`kept ${kept} of ${topics.length} topics: no other replica took them; they are taken over once this one is gone`)
     else if (topics.length > 0) yield* Effect.logInfo(`handed ${topics.length} topics on to other replicas`)
-  }).pipe(Effect.timeout("8 seconds"), Effect.ignore)
+  }).pipe(
+    Effect.timeout("8 seconds"),
+    Effect.ignore,
+    // The host runs this in a finalizer, uninterruptibly (on SIGTERM its fiber is being
+    // interrupted): on a fiber of its own, the timeouts above can still cut waits short.
+    Effect.interruptible,
+    Effect.forkDaemon,
+    Effect.flatMap(Fiber.join)
+  )
 
   // --- a participant's actor ---------------------------------------------------------------
 
