@@ -139,6 +139,12 @@ export interface HostOptions<R> {
    * releases that state first; its actors are then adopted from KV as after a crash.
    */
   readonly handoff?: boolean
+  /**
+   * What the service does, when this replica stops, before its actors move: it runs once the
+   * replica takes no new connections and before any is handed over (the broker hands its topics
+   * on here, so that handed-over participants join a sequencer that stays).
+   */
+  readonly beforeHandoff?: Effect.Effect<void>
 }
 
 /** Hand-offs of one replica, for its metrics (`switchboard_handoffs_total{service}`). */
@@ -592,6 +598,7 @@ export const host = <R>(options: HostOptions<R>) =>
       // Opens that reached this replica before it left the queue group may still be starting.
       const deadline = Date.now() + Duration.toMillis(grace) / 2
       while (starting > 0 && Date.now() < deadline) yield* Effect.sleep("5 millis")
+      if (options.beforeHandoff !== undefined) yield* options.beforeHandoff
       const all = [...hosted.values()]
       if (all.length === 0) return
       const done = yield* Effect.forEach(

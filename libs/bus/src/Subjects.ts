@@ -74,6 +74,11 @@ export const edgeOut = (edgeId: EdgeId): string => `edge.${edgeId}.out`
 /** One MCPx topic's sequencer: every accepted envelope, join and leave of the topic, in order. */
 export const topic = (name: string): string => `broker.topic.${tokenOf(name)}`
 /**
+ * A stopping broker replica asks another (request/reply, the broker's queue group) to sequence one
+ * of its topics from where it left off.
+ */
+export const topicHandoff = "broker.topics.handoff"
+/**
  * Journals, each one log (one JetStream stream, `<namespace>_<name>`) with a key per thing it
  * records. MCPx history: one journal, a key per topic.
  */

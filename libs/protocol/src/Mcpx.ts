@@ -75,5 +75,42 @@ export const Join = Member
 export const Leave = Schema.Struct({ participant: Schema.String, conn: Schema.String })
 export type Leave = typeof Leave.Type
 
-/** The `kind` header of messages to a topic sequencer. */
-export const TopicKind = { envelope: "envelope", join: "join", leave: "leave" } as const
+/**
+ * The `kind` header of messages to a topic sequencer. The last three only pass while a stopping
+ * replica hands a topic to another (see `TopicHandoff`).
+ */
+export const TopicKind = {
+  envelope: "envelope",
+  join: "join",
+  leave: "leave",
+  /** The new sequencer listens from here: the old one forwards what it received before this. */
+  marker: "marker",
+  /** A join or leave the old sequencer received before the marker (`TopicForward`). */
+  forwarded: "forwarded",
+  /** The old sequencer forwarded everything: the new one handles what it received itself. */
+  forwardEnd: "forward-end"
+} as const
+
+/**
+ * A stopping broker replica asks another (the broker's queue group) to sequence one of its topics:
+ * with its members as they are, from the last history sequence it sent out. The new sequencer
+ * subscribes, publishes a marker with `token` on the topic's subject, and takes the claim from
+ * `from` (compare-and-set) before it answers.
+ */
+export const TopicHandoff = Schema.Struct({
+  topic: Schema.String,
+  from: Schema.String,
+  token: Schema.String,
+  delivered: Schema.Number,
+  members: Schema.Array(Member)
+})
+export type TopicHandoff = typeof TopicHandoff.Type
+
+export const TopicHandoffReply = Schema.Union(
+  Schema.Struct({ ok: Schema.Literal(true), replica: Schema.String }),
+  Schema.Struct({ ok: Schema.Literal(false), reason: Schema.String })
+)
+export type TopicHandoffReply = typeof TopicHandoffReply.Type
+
+/** A message the old sequencer received before the marker, as it came. */
+export const TopicForward = Schema.Struct({ kind: Schema.String, data: Schema.String })

@@ -15,7 +15,7 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import type * as Fiber from "effect/Fiber"
+import * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as FiberSet from "effect/FiberSet"
 import * as Either from "effect/Either"
@@ -34,6 +34,9 @@ const decoder = new TextDecoder()
 const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
 const joinCodec = Json.codec(Mcpx.Join)
 const leaveCodec = Json.codec(Mcpx.Leave)
+const handoffCodec = Json.codec(Mcpx.TopicHandoff)
+const handoffReplyCodec = Json.codec(Mcpx.TopicHandoffReply)
+const forwardCodec = Json.codec(Mcpx.TopicForward)
 
 const now = () => new Date().toISOString()
 const isRecord = JsonRpc.isRecord
@@ -66,9 +69,28 @@ const RELEASE_GRACE = "1 second"
 const RECORD_DELIVERED = "250 millis"
 
 /**
+ * How long a stopping replica waits for another to take one of its topics, and for that one's
+ * marker; and how long the new sequencer waits for what the old one forwards before it goes on
+ * without (the old one died meanwhile). Well within the replica's hand-off grace.
+ */
+const TRANSFER_TIMEOUT = "3 seconds"
+
+/**
+ * A topic changing hands between replicas: the old sequencer keeps what reached it before the new
+ * one's marker (`before`) to forward, and what came after (`after`) in case the hand-off fails.
+ */
+interface Transfer {
+  readonly token: string
+  marked: boolean
+  readonly markerReached: Deferred.Deferred<void>
+  readonly after: Array<Bus.BusMessage>
+}
+
+/**
  * The sequencer of one topic: its members by participant id, in join order. An owner sequences;
  * a `releasing` one has given up its claim after the topic stayed empty and holds what arrives
- * until it wins the claim back; a `handing-on` one passes what arrives to the new owner.
+ * until it wins the claim back; a `handing-on` one passes what arrives to the new owner. When a
+ * replica stops, its sequencer is `transferring` the topic to one that is `receiving` it.
  */
 interface Topic {
   readonly name: string
@@ -80,7 +102,8 @@ interface Topic {
   everyone: ReadonlyArray<Actors.Socket> | undefined
   /** The topic's bus subscription; closing it lets go of the topic. */
   readonly subscription: Scope.CloseableScope
-  phase: "owner" | "releasing" | "handing-on"
+  phase: "owner" | "releasing" | "handing-on" | "transferring" | "receiving"
+  transfer: Transfer | undefined
   /** Runs out when the topic has been empty for MCPX_TOPIC_IDLE. */
   idle: Fiber.RuntimeFiber<void> | undefined
   /** Done when a release ends, either way; joins on this replica wait for it. */
@@ -116,9 +139,14 @@ export const make = Effect.gen(function*() {
   const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
   const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
   const replica = randomUUID()
-  const scope = yield* Effect.scope
+  // The sequencers' subscriptions live in a scope of their own, closed after the actor host's
+  // hand-off: a child of the layer's scope forked later would close before it, and a stopping
+  // replica would have no sequencer left to hand on.
+  const scope = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
   /** Topics this replica sequences. */
   const sequenced = new Map<string, Topic>()
+  /** This replica stops: it takes on no topic, and hands its own on. */
+  let stopping = false
   const fibers = yield* FiberSet.make()
   const run = yield* FiberSet.runtime(fibers)<never>()
 
@@ -173,12 +201,15 @@ export const make = Effect.gen(function*() {
     // Handing on: the new owner replays from the sequence recorded when this one let go.
     if (topic.phase === "handing-on") return
     topic.heldEntries.push(entry)
-    if (!topic.reclaiming) run(reclaim(topic))
+    if (topic.phase === "releasing" && !topic.reclaiming) run(reclaim(topic))
   }
 
-  const onTopicMessage = (topic: Topic) => (message: Bus.BusMessage) => {
-    const kind = message.header(Subjects.Header.kind)
-    const body = Bus.text(message)
+  const onTopicMessage = (topic: Topic) => {
+    const handle = onTopicEvent(topic)
+    return (message: Bus.BusMessage) => handle(message.header(Subjects.Header.kind), Bus.text(message))
+  }
+
+  const onTopicEvent = (topic: Topic) => (kind: string | undefined, body: string) => {
     if (kind === Mcpx.TopicKind.join) {
       const join = joinCodec.decode(body)
       if (Either.isLeft(join)) return
@@ -241,6 +272,7 @@ export const make = Effect.gen(function*() {
   const resume = (topic: Topic) =>
     Effect.sync(() => {
       topic.phase = "owner"
+      topic.transfer = undefined
       topic.reclaiming = false
       const handle = onTopicMessage(topic)
       for (const m of topic.held.splice(0)) handle(m)
@@ -303,6 +335,7 @@ export const make = Effect.gen(function*() {
     return (message: Bus.BusMessage) => {
       if (topic.phase === "owner") return handle(message)
       if (topic.phase === "handing-on") return handOn(topic, message)
+      if (topic.transfer !== undefined) return onTransferMessage(topic, topic.transfer, message)
       topic.held.push(message)
       if (!topic.reclaiming) run(reclaim(topic))
     }
@@ -346,6 +379,7 @@ export const make = Effect.gen(function*() {
         everyone: undefined,
         subscription,
         phase: "owner",
+        transfer: undefined,
         idle: undefined,
         released: undefined,
         held: [],
@@ -428,7 +462,7 @@ export const make = Effect.gen(function*() {
     const alive = new Set(yield* replicas.keys(Subjects.Key.replicas("broker")))
     const lapsed = aliveBrokers !== undefined && [...aliveBrokers].some((r) => !alive.has(r))
     aliveBrokers = alive
-    if (!lapsed) return
+    if (!lapsed || stopping) return
     for (const topic of localTopics.keys()) {
       if (!sequenced.has(topic)) yield* ensureSequencer(topic).pipe(Effect.catchAll((e) => Effect.logWarning(`could not take topic ${topic} over`, e)))
     }
@@ -436,6 +470,166 @@ export const make = Effect.gen(function*() {
     Effect.catchAll((e) => Effect.logWarning("sequencer sweep failed", e)),
     Effect.repeat(Schedule.spaced(config.replicaHeartbeat)),
     Effect.forkScoped
+  )
+
+  // --- handing topics on when this replica stops ----------------------------------------------
+  //
+  // Joins and leaves reach a sequencer by plain publishes on the topic's subject, so a topic
+  // changes hands with both sequencers listening for a moment. The new one publishes a marker
+  // there: what the old one received before it, the old one forwards (the new one was not yet
+  // sure to hear it); what came after, the new one heard itself. It handles the forwarded share
+  // first, then its own, and sends out the history from the sequence the old one last sent, so
+  // no member misses an envelope or gets one twice. The topics go before the participants' actors
+  // do (`beforeHandoff`): a handed-over participant joins a sequencer that stays.
+
+  const onTransferMessage = (topic: Topic, transfer: Transfer, message: Bus.BusMessage) => {
+    const kind = message.header(Subjects.Header.kind)
+    if (kind === Mcpx.TopicKind.marker) {
+      if (Bus.text(message) === transfer.token) {
+        transfer.marked = true
+        Deferred.unsafeDone(transfer.markerReached, Exit.void)
+      }
+      return
+    }
+    if (topic.phase === "transferring") return void (transfer.marked ? transfer.after : topic.held).push(message)
+    // Receiving: the old sequencer's share comes forwarded, before the end of it.
+    if (kind === Mcpx.TopicKind.forwarded) {
+      const forwarded = forwardCodec.decode(Bus.text(message))
+      if (Either.isRight(forwarded)) onTopicEvent(topic)(forwarded.right.kind, forwarded.right.data)
+      return
+    }
+    if (kind === Mcpx.TopicKind.forwardEnd) {
+      if (Bus.text(message) === transfer.token) run(resume(topic))
+      return
+    }
+    // Before the marker, it reached the old sequencer too, which forwards it.
+    if (transfer.marked) topic.held.push(message)
+  }
+
+  /** Hands one topic this replica sequences to another replica; keeps it when none takes it. */
+  const transferTopic = (topic: Topic) =>
+    Effect.gen(function*() {
+      if (topic.phase !== "owner") return
+      if (topic.idle !== undefined) {
+        topic.idle.unsafeInterruptAsFork(FiberId.none)
+        topic.idle = undefined
+      }
+      const transfer: Transfer = { token: randomUUID(), marked: false, markerReached: Deferred.unsafeMake(FiberId.none), after: [] }
+      topic.transfer = transfer
+      topic.phase = "transferring"
+      // Nothing goes out from here on: the new sequencer starts right after this sequence.
+      const delivered = topic.delivered
+      const request = handoffCodec.encode({ topic: topic.name, from: replica, token: transfer.token, delivered, members: [...topic.members.values()] })
+      const taken = yield* recordDelivered(topic).pipe(
+        Effect.zipRight(bus.request(Subjects.topicHandoff, request, { timeout: TRANSFER_TIMEOUT })),
+        Effect.flatMap((m) => handoffReplyCodec.decode(Bus.text(m))),
+        Effect.map((reply) => reply.ok),
+        Effect.catchAll(() =>
+          // No answer may still mean it was taken: the claim says.
+          claims.get(Subjects.Key.topic(topic.name)).pipe(
+            Effect.map((c) => Option.isSome(c) && decoder.decode(c.value.value) !== replica),
+            Effect.orElseSucceed(() => false)
+          )
+        )
+      )
+      if (!taken) {
+        topic.held.push(...transfer.after)
+        return yield* resume(topic)
+      }
+      yield* Deferred.await(transfer.markerReached).pipe(Effect.timeout(TRANSFER_TIMEOUT), Effect.ignore)
+      yield* Scope.close(topic.subscription, Exit.void)
+      for (const m of topic.held.splice(0)) {
+        const kind = m.header(Subjects.Header.kind)
+        if (kind !== undefined) toTopic(topic.name, Mcpx.TopicKind.forwarded, forwardCodec.encode({ kind, data: Bus.text(m) }))
+      }
+      toTopic(topic.name, Mcpx.TopicKind.forwardEnd, transfer.token)
+      topic.phase = "handing-on"
+      topic.heldEntries.length = 0
+      if (sequenced.get(topic.name) === topic) sequenced.delete(topic.name)
+    }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`could not hand topic ${topic.name} on`, cause)))
+
+  /** Takes a topic on from a stopping replica, at its request. */
+  const receiveTopic = (request: Mcpx.TopicHandoff) =>
+    Effect.gen(function*() {
+      const { topic } = request
+      if (stopping) return { ok: false, reason: "this replica stops too" } as const
+      for (let pending = settingUp.get(topic); pending !== undefined; pending = settingUp.get(topic)) yield* Deferred.await(pending)
+      if (sequenced.has(topic)) return { ok: false, reason: "this replica has the topic set up already" } as const
+      // A participant joining here meanwhile waits for this, as for any set-up: it must not set
+      // up a second sequencer on finding the claim already this replica's.
+      const ready = Deferred.unsafeMake<void>(FiberId.none)
+      settingUp.set(topic, ready)
+      const done = Effect.sync(() => {
+        if (settingUp.get(topic) === ready) settingUp.delete(topic)
+        Deferred.unsafeDone(ready, Exit.void)
+      })
+      const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const state: Topic = {
+        name: topic,
+        members: new Map(request.members.map((m) => [m.participant, m])),
+        delivered: request.delivered,
+        recorded: request.delivered,
+        everyone: undefined,
+        subscription,
+        phase: "receiving",
+        transfer: { token: request.token, marked: false, markerReached: Deferred.unsafeMake(FiberId.none), after: [] },
+        idle: undefined,
+        released: undefined,
+        held: [],
+        heldEntries: [],
+        reclaiming: false
+      }
+      return yield* Effect.gen(function*() {
+        yield* bus.subscribe(Subjects.topic(topic), dispatch(state)).pipe(Scope.extend(subscription))
+        yield* bus.flush
+        toTopic(topic, Mcpx.TopicKind.marker, request.token)
+        const key = Subjects.Key.topic(topic)
+        const current = yield* claims.get(key)
+        if (Option.isNone(current) || decoder.decode(current.value.value) !== request.from) {
+          yield* Scope.close(subscription, Exit.void)
+          return { ok: false, reason: "the topic is not the asking replica's" } as const
+        }
+        yield* claims.update(key, replica, current.value.revision)
+        yield* history.follow(Subjects.historyKey(topic), { from: request.delivered + 1 }, onEntry(state)).pipe(Scope.extend(subscription))
+        sequenced.set(topic, state)
+        // An old sequencer that dies before it forwarded everything must not leave the topic held.
+        run(Effect.sleep(TRANSFER_TIMEOUT).pipe(Effect.zipRight(Effect.suspend(() => (state.phase === "receiving" ? resume(state) : Effect.void)))))
+        return { ok: true, replica } as const
+      }).pipe(Effect.onError(() => Scope.close(subscription, Exit.void)), Effect.ensuring(done))
+    })
+
+  /** Hand-off requests from stopping replicas; this replica stops taking them when it stops itself. */
+  const topicIntake = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
+  const handoffs = yield* bus.subscribe(Subjects.topicHandoff, (m) => {
+    const request = handoffCodec.decode(Bus.text(m))
+    if (Either.isLeft(request)) return void run(Effect.logWarning("ignoring a malformed topic hand-off request"))
+    run(
+      receiveTopic(request.right).pipe(
+        Effect.catchAll((e) => Effect.succeed({ ok: false, reason: `could not take the topic on: ${e.message}` } as const)),
+        Effect.flatMap((reply) => bus.respond(m, handoffReplyCodec.encode(reply))),
+        Effect.catchAll((e) => Effect.logWarning("could not answer a topic hand-off request", e))
+      )
+    )
+  }, { queue: Subjects.Queue.service("broker") }).pipe(Scope.extend(topicIntake))
+
+  /** Runs once this replica takes no new participants, before its participants' actors move. */
+  const handTopicsOn = Effect.gen(function*() {
+    stopping = true
+    yield* handoffs.drain
+    yield* Effect.forEach([...settingUp.values()], Deferred.await, { discard: true })
+    const topics = [...sequenced.values()]
+    yield* Effect.forEach(topics, transferTopic, { concurrency: 64, discard: true })
+    const kept = topics.filter((t) => sequenced.get(t.name) === t).length
+    if (kept > 0) yield* Effect.logWarning(`kept ${kept} of ${topics.length} topics: no other replica took them; they are taken over once this one is gone`)
+    else if (topics.length > 0) yield* Effect.logInfo(`handed ${topics.length} topics on to other replicas`)
+  }).pipe(
+    Effect.timeout("8 seconds"),
+    Effect.ignore,
+    // The host runs this in a finalizer, uninterruptibly (on SIGTERM its fiber is being
+    // interrupted): on a fiber of its own, the timeouts above can still cut waits short.
+    Effect.interruptible,
+    Effect.forkDaemon,
+    Effect.flatMap(Fiber.join)
   )
 
   // --- a participant's actor ---------------------------------------------------------------
@@ -609,9 +803,7 @@ export const make = Effect.gen(function*() {
     replica,
     replicaHeartbeat: config.replicaHeartbeat,
     make: participantActor,
-    // Not yet: a handed-over participant's join would reach this replica's sequencer, which
-    // stops right after; the topics must be released first (see the journal engineer's work).
-    handoff: false
+    beforeHandoff: handTopicsOn
   })
 })
 
