@@ -103,7 +103,8 @@ export const start = (options: SwitchboardContainerOptions) =>
       .withUser(imageUser)
       .withDroppedCapabilities("ALL")
       .withSecurityOpt("no-new-privileges")
-      .withEnvironment({ ...options.env, HOST: "127.0.0.1", PORT: String(port) })
+      // Host networking: a fixed metrics port would collide between containers, so each picks one.
+      .withEnvironment({ METRICS_PORT: "0", ...options.env, HOST: "127.0.0.1", PORT: String(port) })
       .withLogConsumer((stream) => stream.on("data", (chunk: Buffer | string) => (output += chunk.toString())))
       .withWaitStrategy(Wait.forLogMessage(options.ready))
       .withStartupTimeout(Duration.toMillis(options.startTimeout ?? "30 seconds"));
