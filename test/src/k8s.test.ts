@@ -279,8 +279,8 @@ describe.skipIf(!hasKubectl)(`deploy/k8s rendered by ${kubectl} (${kubectlVersio
     const sources = ["services", "libs"].flatMap((dir) => readdirSync(path.join(root, dir)).map((pkg) => path.join(root, dir, pkg, "src")))
     const text = sources.flatMap((dir) => readdirSync(dir, { recursive: true, encoding: "utf8" })
       .filter((f) => f.endsWith(".ts")).map((f) => readFileSync(path.join(dir, f), "utf8"))).join("\n")
-    // GOMAXPROCS is the Go runtime's (NATS); METRICS_PORT arrives with the services' metrics servers.
-    const foreign = new Set(["GOMAXPROCS", "POD_NAME", "METRICS_PORT"])
+    // GOMAXPROCS is the Go runtime's (NATS).
+    const foreign = new Set(["GOMAXPROCS", "POD_NAME"])
     const names = new Set([...prod, ...dev].flatMap((r) => workloads([r])).flatMap(containers).flatMap((c) => list(c["env"]).map((e) => String(e["name"]))))
     expect([...names].filter((n) => !foreign.has(n) && !text.includes(`"${n}"`))).toEqual([])
   })
