@@ -11,7 +11,8 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import * as Processes from "./support/Processes.ts"
-import { attach, call, client, extensionOf, next } from "./support/ProxyPeers.ts"
+import { attach, call, client, extension, extensionOf, next } from "./support/ProxyPeers.ts"
+import { token } from "./support/Stack.ts"
 
 const decode = <A, I>(schema: Schema.Schema<A, I>) => (u: unknown) => Schema.decodeUnknown(schema)(u).pipe(Effect.orDie)
 
@@ -182,5 +183,31 @@ describe("MCP proxy across processes", () => {
         method: "createTab",
         params: { url: "https://alice.example" }
       })
+    }).pipe(withNats), 120_000)
+
+  it.live("a browser back through another edge after its edge died replaces its old socket at once; clients hear it", () =>
+    Effect.gen(function*() {
+      const { a, b } = yield* deploy
+      const accessToken = yield* token({ sub: "alice" })
+      const first = yield* extension(a.ws, { name: "Chrome", accessToken, client_id: "browser-1" })
+      const c = yield* client(b.ws, "alice")
+      const connectionId = yield* attach(c, first.id)
+      // Edge A dies without a word: only its heartbeat, 15 s from now, would say so.
+      yield* a.kill("SIGKILL")
+      yield* a.exited
+      const second = yield* extension(b.ws, { name: "Chrome", accessToken, client_id: "browser-1" })
+      expect(second.id).toBe(first.id)
+      // The client attached to the old socket learns it is gone, well before the edge's key lapses.
+      const started = Date.now()
+      const gone = yield* next(c).pipe(
+        Effect.repeat({ until: (m) => m.method === "disconnected" }),
+        Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => new Error("the client never heard that the old socket was replaced") })
+      )
+      expect(gone.params).toEqual({ connection_id: connectionId, reason: "Extension reconnected" })
+      yield* Effect.logInfo(`disconnected after ${Date.now() - started} ms`)
+      // And it reaches the browser again through the new socket.
+      yield* attach(c, second.id, 3)
+      c.send({ jsonrpc: "2.0", id: 4, method: "getTabs" })
+      expect(((yield* next(second.c)) as { method?: string }).method).toBe("getTabs")
     }).pipe(withNats), 120_000)
 })

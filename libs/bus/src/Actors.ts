@@ -242,6 +242,14 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
   /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
   toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
   close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason),
+  /**
+   * Closes a socket and ends `service`'s actor of it at once: when a client comes back through
+   * another edge, the old socket's edge may be dead, and would never say that it closed.
+   */
+  closeAndEnd: (service: Subjects.ServiceName, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => {
+    closeSocket(bus, edge, conn, code, reason)
+    endActor(bus, service, conn, code, reason)
+  },
   /** An exchange of a Streamable HTTP session; one subject per edge keeps notifications before the response they precede. */
   exchange: (edge: Subjects.EdgeId, conn: Subjects.ConnId, exchange: string): HttpExchange => {
     const out = Subjects.edgeOut(edge)
@@ -261,6 +269,14 @@ const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId
   bus.unsafePublish(Subjects.edgeOut(edge), "", {
     [Subjects.Header.op]: "close",
     [Subjects.Header.conn]: conn,
+    [Subjects.Header.code]: String(code),
+    [Subjects.Header.reason]: reason
+  })
+
+/** Ends an actor as its socket's close would: what a session with no socket, or whose edge died, needs. */
+const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.ConnId, code: number, reason: string) =>
+  bus.unsafePublish(Subjects.conn(service, conn), "", {
+    [Subjects.Header.op]: "closed",
     [Subjects.Header.code]: String(code),
     [Subjects.Header.reason]: reason
   })
@@ -400,8 +416,7 @@ export const host = <R>(options: HostOptions<R>) =>
           send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
           peer,
           close: http
-            ? (code, reason) =>
-              bus.unsafePublish(subject, "", { [Subjects.Header.op]: "closed", [Subjects.Header.code]: String(code), [Subjects.Header.reason]: reason })
+            ? (code, reason) => endActor(bus, options.service, connId, code, reason)
             : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
         }
         const made = yield* Effect.exit(Scope.extend(options.make(connection, restored, adoption?.state), scope))

@@ -228,7 +228,7 @@ export const make = Effect.gen(function*() {
           const previous = yield* extensions.get(key)
           if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
             const old = previous.value.value
-            link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection")
+            link.closeAndEnd("router", Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection")
           }
           ext = {
             id,
