@@ -9,14 +9,13 @@ import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import { connect, type TestClient } from "./support/Client.ts"
 import * as Processes from "./support/Processes.ts"
 import { call, type Message, next } from "./support/ProxyPeers.ts"
 import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { throughStop } from "./support/Traffic.ts"
 import { until } from "./support/Until.ts"
 
 // A slow heartbeat: survivors would adopt the stopped replica's sockets from KV only ~18 s after
@@ -39,60 +38,24 @@ const connectedPair = (ws: string) =>
   })
 
 /**
- * Steady traffic from `mcp` to `ext` with IN_FLIGHT requests unanswered while `stop` runs: every
- * request must get exactly one answer, its own, and the extension must see each once, in order.
+ * Steady traffic from `mcp` to `ext` while `stop` runs: every request must get exactly one answer,
+ * its own, and the extension must see each once, in the order the client sent them.
  */
 const underTraffic = (ext: TestClient, mcp: TestClient, connectionId: string, stop: Effect.Effect<void>) =>
   Effect.gen(function*() {
-    // The extension answers each request with its own id, keeping IN_FLIGHT unanswered.
-    const seen: Array<string> = []
-    const answer = (mapped: string) => ext.send({ jsonrpc: "2.0", id: mapped, result: { echo: mapped } })
-    let sent = 0
-    const request = () => {
-      sent++
-      mcp.send({ jsonrpc: "2.0", id: sent, method: "getTabs", params: { n: sent } })
-    }
-    /** One step of steady traffic: a request goes out, the extension gets it and answers an older one. */
-    const step = Effect.gen(function*() {
-      request()
-      const got = yield* next(ext)
-      seen.push(got.id as string)
-      if (seen.length > IN_FLIGHT) answer(seen[seen.length - IN_FLIGHT - 1]!)
-    })
-    for (let i = 0; i < 100; i++) yield* step
-
-    const stopped = yield* Deferred.make<number>()
-    const started = performance.now()
-    const stopping = yield* stop.pipe(
-      Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - started))),
-      Effect.fork
-    )
-    let after = 0
-    while (!(yield* Deferred.isDone(stopped)) || after++ < 100) yield* step
-    const stopMillis = yield* Deferred.await(stopped)
-    yield* Fiber.join(stopping)
-    for (const mapped of seen.slice(-IN_FLIGHT)) answer(mapped)
-
-    // Every request gets exactly one answer, its own.
-    const answers = new Map<number, Message>()
-    let wrong = 0
-    let errors = 0
-    const collect = Effect.gen(function*() {
-      while (answers.size < sent) {
-        const m = yield* next(mcp)
-        const id = m.id as number
-        if (answers.has(id)) wrong++
-        answers.set(id, m)
-        if (m.error !== undefined) errors++
-        else if ((m.result as Message)["echo"] !== `${connectionId}:${id}`) wrong++
-      }
-    })
-    yield* collect.pipe(Effect.timeout("10 seconds"), Effect.ignore)
-    const lost = sent - answers.size
+    const { errors, lost, seen, sent, stopMillis, wrong } = yield* throughStop({
+      inFlight: IN_FLIGHT,
+      send: (n) => mcp.send({ jsonrpc: "2.0", id: n, method: "getTabs", params: { n } }),
+      received: Effect.map(next(ext), (got) => got.id as string),
+      // The extension answers each request with its own id.
+      answer: (mapped) => ext.send({ jsonrpc: "2.0", id: mapped, result: { echo: mapped } }),
+      reply: next(mcp),
+      isOwn: (n, m) => (m.result as Message)["echo"] === `${connectionId}:${n}`
+    }, stop)
     expect({ lost, wrong, errors }).toEqual({ lost: 0, wrong: 0, errors: 0 })
     // The extension saw every request once, in the client's order.
     expect(seen).toEqual(Array.from({ length: sent }, (_, i) => `${connectionId}:${i + 1}`))
-    return { sent, stopMillis: Math.round(stopMillis) }
+    return { sent, stopMillis }
   })
 
 describe("router hand-off", () => {

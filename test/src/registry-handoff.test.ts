@@ -10,13 +10,13 @@ import { Edge } from "@switchboard/edge"
 import { Registry } from "@switchboard/registry"
 import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import type { TestClient } from "./support/Client.ts"
 import type { Message } from "./support/ProxyPeers.ts"
 import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { throughStop } from "./support/Traffic.ts"
 import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
 
 // A slow heartbeat: survivors would adopt the stopped replica's sockets from KV only ~9 s after
@@ -59,53 +59,23 @@ describe("registry hand-off", () => {
       const before = yield* owners
       expect(before.size).toBe(1)
 
-      // The tab answers each call with the number it was asked, keeping IN_FLIGHT unanswered.
-      const seen: Array<{ readonly mapped: string; readonly n: number }> = []
+      // The tab answers each call with the number it was asked.
       const answer = ({ mapped, n }: { readonly mapped: string; readonly n: number }) =>
         tab.send({ jsonrpc: "2.0", id: mapped, result: { success: true, payload: { content: [{ type: "text", text: `echo ${n}` }] } } })
-      let sent = 0
-      /** One step of steady traffic: a call goes out, the tab gets it and answers an older one. */
-      const step = Effect.gen(function*() {
-        sent++
-        hub.send({ jsonrpc: "2.0", id: sent, method: "tools/call", params: { name: TOOL, arguments: { n: sent } } })
-        const got = yield* next(tab)
-        expect(got.method).toBe("browser/executeTool")
-        seen.push({ mapped: got.id as string, n: ((got.params as Message)["args"] as Message)["n"] as number })
-        if (seen.length > IN_FLIGHT) answer(seen[seen.length - IN_FLIGHT - 1]!)
-      })
-      for (let i = 0; i < 100; i++) yield* step
-
-      const stopped = yield* Deferred.make<number>()
-      const started = performance.now()
-      const stopping = yield* first.stop.pipe(
-        Effect.zipRight(Effect.suspend(() => Deferred.succeed(stopped, performance.now() - started))),
-        Effect.fork
-      )
-      let after = 0
-      while (!(yield* Deferred.isDone(stopped)) || after++ < 100) yield* step
-      const stopMillis = yield* Deferred.await(stopped)
-      yield* Fiber.join(stopping)
-      // The last IN_FLIGHT calls are answered only now, at the replica that took both sockets.
-      for (const s of seen.slice(-IN_FLIGHT)) answer(s)
-
-      // Every call gets exactly one answer, its own.
-      const answers = new Map<number, Message>()
-      let wrong = 0
-      let errors = 0
-      const collect = Effect.gen(function*() {
-        while (answers.size < sent) {
-          const m = yield* next(hub)
-          if (m.id === undefined) continue // list_changed, when the tab's record moved
-          const id = m.id as number
-          if (answers.has(id)) wrong++
-          answers.set(id, m)
-          if (m.error !== undefined) errors++
-          else if (((m.result as Message)["content"] as Array<Message>)[0]?.["text"] !== `echo ${id}`) wrong++
-        }
-      })
-      yield* collect.pipe(Effect.timeout("10 seconds"), Effect.ignore)
-      const lost = sent - answers.size
-      console.log(`registry hand-off under traffic: ${sent} calls, stop took ${stopMillis.toFixed(0)} ms, lost ${lost}, errors ${errors}, wrong ${wrong}`)
+      const { errors, lost, seen, sent, stopMillis, wrong } = yield* throughStop({
+        inFlight: IN_FLIGHT,
+        send: (n) => hub.send({ jsonrpc: "2.0", id: n, method: "tools/call", params: { name: TOOL, arguments: { n } } }),
+        received: Effect.map(next(tab), (got) => {
+          expect(got.method).toBe("browser/executeTool")
+          return { mapped: got.id as string, n: ((got.params as Message)["args"] as Message)["n"] as number }
+        }),
+        answer,
+        reply: next(hub),
+        // list_changed, when the tab's record moved, is no answer.
+        isAnswer: (m) => m.id !== undefined,
+        isOwn: (n, m) => ((m.result as Message)["content"] as Array<Message>)[0]?.["text"] === `echo ${n}`
+      }, first.stop)
+      console.log(`registry hand-off under traffic: ${sent} calls, stop took ${stopMillis} ms, lost ${lost}, errors ${errors}, wrong ${wrong}`)
       expect({ lost, wrong, errors }).toEqual({ lost: 0, wrong: 0, errors: 0 })
       // The tab saw every call once, in the client's order.
       expect(seen.map((s) => s.n)).toEqual(Array.from({ length: sent }, (_, i) => i + 1))
