@@ -11,6 +11,7 @@ import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Naming from "./Naming.ts"
@@ -130,6 +131,10 @@ export const make = Effect.gen(function*() {
   const followStream = (stream: Stream.Stream<Kv.KvEntry, unknown>, apply: (e: Kv.KvEntry) => void) =>
     stream.pipe(
       Stream.runForEach((e) => Effect.sync(() => apply(e))),
+      // A watch fails when NATS cannot answer for a while (a node died, a leader is elected): watch
+      // again, which replays each key's latest entry, rather than leave the view frozen for good.
+      Effect.tapError((e) => Effect.logWarning("a registry view lost its KV watch; watching again", e)),
+      Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
       Effect.catchAllCause((cause) => Effect.logError("a registry view stopped following KV", cause)),
       Effect.forkScoped
     )
