@@ -55,7 +55,7 @@ const get = (agent: Http.Agent, base: string, path: string) =>
     Http.get(`${base}${path}`, { agent }, (res) => {
       res.resume()
       res.on("end", resolve)
-    }).on("error", reject)
+    }).on("error", (e) => reject(new Error(`GET ${path}: ${e.message}`, { cause: e })))
   })
 
 /** Opens a socket, waits until it is open, closes it, and waits until it is closed. */
@@ -64,7 +64,7 @@ const cycle = (url: string, protocols: ReadonlyArray<string>) =>
     const ws = new WebSocket(url, [...protocols])
     ws.once("open", () => ws.close(1000))
     ws.once("close", () => resolve())
-    ws.once("error", reject)
+    ws.once("error", (e) => reject(new Error(`socket ${new URL(url).pathname}: ${e.message}`, { cause: e })))
   })
 
 /** Waits until the edge has seen every socket close (each close reaches it a moment after the client's). */
@@ -110,9 +110,14 @@ const socketPaths = (userToken: string): ReadonlyArray<readonly [string, Readonl
  */
 const noneKept = (edge: Edge.EdgeServerShape, label: string, cyclesPerPath: number) =>
   Effect.gen(function*() {
-    const agent = new Http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
-    yield* Effect.addFinalizer(() => Effect.sync(() => agent.destroy()))
-    const requests = (n: number) => pool(n, (i) => get(agent, edge.url, httpPaths[i % httpPaths.length]!))
+    // One agent per run of requests: a kept-alive socket left idle across a phase would reach the
+    // server's keep-alive timeout, and a request sent on it just as the server closes it is reset.
+    const requests = (n: number) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => new Http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })),
+        (agent) => pool(n, (i) => get(agent, edge.url, httpPaths[i % httpPaths.length]!)),
+        (agent) => Effect.sync(() => agent.destroy())
+      )
     const ws = edge.url.replace("http", "ws")
     const paths = socketPaths(yield* token({ sub: "alice" }))
     const cycles = (n: number) =>
