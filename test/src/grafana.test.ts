@@ -27,7 +27,9 @@ const serviceMetrics = [
   { name: "switchboard_kv_op_seconds", type: "histogram" },
   { name: "switchboard_journal_append_seconds", type: "histogram" },
   { name: "switchboard_sequencer_lag", type: "gauge" },
-  { name: "switchboard_tool_calls_total", type: "counter" }
+  { name: "switchboard_tool_calls_total", type: "counter" },
+  { name: "switchboard_token_checks_total", type: "counter" },
+  { name: "switchboard_token_check_seconds", type: "histogram" }
 ]
 const known = new Set(
   [...edgeMetrics, ...serviceMetrics, { name: "up", type: "gauge" }].flatMap(({ name, type }) =>

@@ -8,11 +8,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
+import { createHmac } from "node:crypto"
 import type * as Scope from "effect/Scope"
+import { WebSocket } from "ws"
 import * as Participants from "./support/Participants.ts"
 import * as Processes from "./support/Processes.ts"
 import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
-import { namespace } from "./support/Stack.ts"
+import { namespace, SECRET } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 /** Samples by series, exactly as written (`name{label="value",...}`); HELP/TYPE lines are checked apart. */
@@ -59,6 +61,29 @@ const mixedPage = () => {
   })
   return server
 }
+
+/** A JWT signed with the deployment's secret, claims as given (the token CLI refuses a past expiry). */
+const hs256 = (claims: object) => {
+  const part = (value: object) => Buffer.from(JSON.stringify(value)).toString("base64url")
+  const signed = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`
+  return `${signed}.${createHmac("sha256", SECRET).update(signed).digest("base64url")}`
+}
+
+/** The HTTP status of a refused upgrade. */
+const refused = (url: string) =>
+  Effect.async<number>((resume) => {
+    const ws = new WebSocket(url)
+    // Ending a handshake that was refused reports an error; the status is what this reads.
+    ws.on("error", () => {})
+    ws.on("unexpected-response", (_req, res) => {
+      resume(Effect.succeed(res.statusCode ?? 0))
+      ws.terminate()
+    })
+    ws.on("open", () => {
+      resume(Effect.dieMessage(`${url} was not refused`))
+      ws.close()
+    })
+  })
 
 const withNats = <A, E>(test: Effect.Effect<A, E, NatsServer | Scope.Scope>) => Effect.scoped(test).pipe(Effect.provide(NatsServer.layer))
 
@@ -117,6 +142,20 @@ describe("metrics of every service", () => {
       const timedOut = yield* scrape(router!)
       expect(timedOut.get(`switchboard_request_timeouts_total{service="router"}`)).toBe(1)
       expect(timedOut.get(`switchboard_pending_requests{service="router"}`)).toBe(0)
+
+      // --- token checks at the auth service, by outcome ---
+      // Signed with the deployment's secret, expired a minute ago: refused as expired, not as forged.
+      const expired = hs256({ sub: "alice", exp: Math.floor(Date.now() / 1000) - 60 })
+      for (const bad of [expired, "garbage"]) {
+        expect(yield* refused(`${edge.ws}/v0/ws?topic=t&token=${bad}`)).toBe(401)
+      }
+      const checks = yield* scrapeUntil(
+        auth!,
+        (s) => s.get(`switchboard_token_checks_total{outcome="expired"}`) === 1 && s.get(`switchboard_token_checks_total{outcome="invalid"}`) === 1,
+        "the auth service counted one expired and one invalid token"
+      )
+      expect(checks.get(`switchboard_token_checks_total{outcome="valid"}`)).toBeGreaterThanOrEqual(2)
+      expect(checks.get("switchboard_token_check_seconds_count")).toBe(total(checks, "switchboard_token_checks_total"))
 
       // Closing both sockets ends both actors.
       mcp.ws.close(1000)

@@ -79,6 +79,22 @@ export const toolCalls = (registry: Registry) => {
   }
 }
 
+export type TokenOutcome = "valid" | "expired" | "invalid"
+
+/**
+ * The auth service's token checks: by outcome (`expired` apart from the other refusals, since a
+ * wave of them points at clients that do not refresh), and how long a check took.
+ */
+export const tokenChecks = (registry: Registry) => {
+  const family = registry.counter("switchboard_token_checks_total", "Token verifications answered by the auth service, by outcome", ["outcome"])
+  const seconds = registry.histogram("switchboard_token_check_seconds", "Time to verify one token").labels()
+  const cells: Record<TokenOutcome, Cell> = { valid: family.labels("valid"), expired: family.labels("expired"), invalid: family.labels("invalid") }
+  return (outcome: TokenOutcome, elapsed: number) => {
+    cells[outcome].value++
+    seconds.observe(elapsed)
+  }
+}
+
 export type KvOutcome = "ok" | "conflict" | "error"
 
 /**

@@ -17,7 +17,7 @@ import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyOptions, SignJWT }
 import { randomBytes } from "node:crypto"
 import * as AuthConfig from "./Config.ts"
 
-export class InvalidToken extends Data.TaggedError("InvalidToken")<{ readonly reason: string }> {
+export class InvalidToken extends Data.TaggedError("InvalidToken")<{ readonly reason: string; readonly expired?: boolean }> {
   override get message() {
     return this.reason
   }
@@ -108,7 +108,10 @@ export const make = (options: KeyOptions): TokensShape => {
 
   return {
     verify: (token) =>
-      Effect.tryPromise({ try: () => verifyWith(token), catch: (e) => new InvalidToken({ reason: explain(e) }) }).pipe(
+      Effect.tryPromise({
+        try: () => verifyWith(token),
+        catch: (e) => new InvalidToken({ reason: explain(e), expired: e instanceof errors.JWTExpired })
+      }).pipe(
         Effect.flatMap(({ payload }) => claimsOf(payload, userClaims))
       ),
     issue: (o) => {
