@@ -244,6 +244,21 @@ describe.skipIf(!hasKubectl)(`deploy/k8s rendered by ${kubectl} (${kubectlVersio
     const conf = String(at(named(prod, "ConfigMap", "nats"), "data", "nats.conf"))
     expect(conf).toMatch(/jetstream \{ store_dir: \/data \}/)
     for (const i of [0, 1, 2]) expect(conf).toContain(`nats://nats-${i}.nats:6222`)
+    // Stopping a node first puts it in lame duck, through the pid file on a writable volume, and the
+    // lame duck fits in the grace period.
+    const pidFile = /pid_file: (\S+)/.exec(conf)?.[1]
+    expect(at(c, "lifecycle", "preStop", "exec", "command")).toEqual(["/nats-server", "--signal", `ldm=${pidFile}`])
+    const pidDir = list(c["volumeMounts"]).find((m) => pidFile?.startsWith(`${String(m["mountPath"])}/`))
+    expect(list(at(nats, "spec", "template", "spec", "volumes")).find((v) => v["name"] === pidDir?.["name"])).toHaveProperty("emptyDir")
+    const seconds = (key: string) => Number(new RegExp(`${key}: (\\d+)s`).exec(conf)?.[1])
+    expect(seconds("lame_duck_duration") + seconds("lame_duck_grace_period")).toBeLessThan(Number(at(nats, "spec", "template", "spec", "terminationGracePeriodSeconds")))
+    expect(String(at(named(dev, "ConfigMap", "nats"), "data", "nats.conf"))).toContain(`pid_file: ${pidFile}`)
+    // The exporter beside each server is scraped by the ServiceMonitor, through the Service's `metrics` port.
+    const exporter = containers(nats).find((x) => list(obj(x)["ports"]).some((p) => p["name"] === "metrics"))
+    expect(String(at(exporter, "args")), "the exporter reads the server's monitoring port").toContain("http://localhost:8222")
+    const service = named(prod, "Service", "nats")
+    expect(at(service, "metadata", "labels", "app.kubernetes.io/part-of")).toBe("switchboard")
+    expect(list(at(service, "spec", "ports")).map((p) => p["name"])).toContain("metrics")
     for (const name of Object.keys(SERVICES)) {
       const e = env(obj(containers(named(prod, "Deployment", name))[0]), "SWITCHBOARD_STATE_REPLICAS")
       expect(e?.["value"], name).toBe("3")
