@@ -11,7 +11,7 @@
 import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
 import { Edge, type Auth } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
-import * as Duration from "effect/Duration"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberSet from "effect/FiberSet"

@@ -51,6 +51,8 @@ export interface Peer {
   readonly notify: (method: string, params?: unknown) => Effect.Effect<void>
   /** The next message that is not a response to one of this peer's requests. */
   readonly nextMessage: Effect.Effect<JsonRpcMessage>
+  /** The response with this id, sent without `request`; what arrives before it is kept in `received`. */
+  readonly responseTo: (id: string | number) => Effect.Effect<JsonRpcMessage>
   /** Every message taken so far that was not a response to `request`. */
   readonly received: ReadonlyArray<JsonRpcMessage>
 }
@@ -62,6 +64,11 @@ export const peer = (client: ActorClient.ActorClient): Peer => {
   const received: Array<JsonRpcMessage> = []
   const backlog: Array<JsonRpcMessage> = []
   const take = Effect.map(client.nextJson, asMessage)
+  const nextMessage = Effect.suspend(() => {
+    const queued = backlog.shift()
+    if (queued !== undefined) return Effect.succeed(queued)
+    return Effect.tap(take, (m) => Effect.sync(() => received.push(m)))
+  })
   return {
     client,
     received,
@@ -77,11 +84,14 @@ export const peer = (client: ActorClient.ActorClient): Peer => {
         }
       }),
     notify: (method, params) => client.send(params === undefined ? { jsonrpc: "2.0", method } : { jsonrpc: "2.0", method, params }),
-    nextMessage: Effect.suspend(() => {
-      const queued = backlog.shift()
-      if (queued !== undefined) return Effect.succeed(queued)
-      return Effect.tap(take, (m) => Effect.sync(() => received.push(m)))
-    })
+    nextMessage,
+    responseTo: (id) =>
+      Effect.gen(function*() {
+        while (true) {
+          const m = yield* nextMessage
+          if (m.id === id && m.method === undefined) return m
+        }
+      })
   }
 }
 
