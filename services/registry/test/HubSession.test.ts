@@ -47,10 +47,29 @@ describe("the hub session", () => {
       expect(yield* toolsUntil(h, (names) => names.length === 1)).toEqual(["website_tool_docs_example_org_tab4_search"])
     })))
 
-  it.live("closes a session that never says who it is, and refuses to authenticate with a bad token", () =>
+  it.live("closes a session that sends anything but authenticate before saying who it is", () =>
     withRegistry(Effect.gen(function*() {
       const anonymous = yield* ActorClient.open("registry", { path: "/hub" })
       yield* anonymous.send({ jsonrpc: "2.0", id: 1, method: "initialize", params: {} })
       expect(yield* anonymous.closedByService).toEqual({ code: 1008, reason: "Authentication required: send authenticate first, or connect with ?token=" })
+    })))
+
+  it.live("over Streamable HTTP, answers each request on the exchange it came on, and only for the session's user", () =>
+    withRegistry(Effect.gen(function*() {
+      const session = yield* ActorClient.open("registry", { path: "/hub", user: "alice", transport: "http" })
+      yield* session.send({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-03-26" } }, { http: "post-1", user: "alice" })
+      const answer = yield* session.next
+      expect({ http: answer.http, end: answer.end }).toEqual({ http: "post-1", end: true })
+      expect(JSON.parse(answer.text)).toMatchObject({ id: 1, result: { protocolVersion: "2025-03-26" } })
+
+      yield* session.send({ jsonrpc: "2.0", id: 2, method: "ping" }, { http: "post-2", user: "mallory" })
+      const refused = yield* session.next
+      expect(refused.http).toBe("post-2")
+      expect(JSON.parse(refused.text)).toEqual({ jsonrpc: "2.0", id: null, error: { code: -32600, message: "Invalid Request: this session belongs to another user" } })
+      // A malformed request is answered, and the session carries on (a WebSocket would be closed).
+      yield* session.send("{not json", { http: "post-3", user: "alice" })
+      expect(JSON.parse((yield* session.next).text)).toMatchObject({ error: { code: -32700 } })
+      yield* session.send({ jsonrpc: "2.0", id: 4, method: "ping" }, { http: "post-4", user: "alice" })
+      expect(JSON.parse((yield* session.next).text)).toEqual({ jsonrpc: "2.0", id: 4, result: {} })
     })))
 })
