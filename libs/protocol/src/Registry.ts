@@ -136,6 +136,48 @@ export const RegisterTools = Schema.Struct({
 })
 export type RegisterTools = typeof RegisterTools.Type
 
+/** MCP's progress token: a string or a number. */
+export const ProgressToken = Schema.Union(Schema.String, Schema.Number)
+
+/** Anything but a JSON object: what a field that only matters as an object may be instead. */
+const NotAnObject = Schema.declare((u: unknown): u is unknown => !isRecord(u), { identifier: "NotAnObject" })
+
+/**
+ * A `/hub` session's `tools/call` params. `arguments` may be absent or null (none); `_meta` is read
+ * only when it is an object, and its `progressToken` must then be a string or a number.
+ */
+export const ToolsCallParams = Schema.Struct({
+  name: Schema.String,
+  arguments: Schema.optionalWith(JsonObject, { nullable: true }),
+  _meta: Schema.optional(Schema.Union(Schema.Struct({ progressToken: Schema.optional(ProgressToken) }), NotAnObject))
+})
+export type ToolsCallParams = typeof ToolsCallParams.Type
+
+/** The progress token a `tools/call` asked for, if any. */
+export const progressTokenOf = (params: ToolsCallParams): string | number | undefined => {
+  const meta = params._meta
+  if (!isRecord(meta)) return undefined
+  const token = meta["progressToken"]
+  return typeof token === "string" || typeof token === "number" ? token : undefined
+}
+
+/** A `/hub` session's `tools/list` params (missing or not an object: none); a cursor is a page's offset. */
+export const ToolsListParams = Schema.Struct({
+  cursor: Schema.optional(Schema.String.pipe(Schema.pattern(/^[0-9]+$/)))
+})
+export type ToolsListParams = typeof ToolsListParams.Type
+
+/** `notifications/cancelled` from a client: a reason that is not a string is dropped, not refused. */
+export const CancelledParams = Schema.Struct({
+  requestId: Id,
+  reason: Schema.optional(Schema.transform(Schema.Unknown, Schema.UndefinedOr(Schema.String), {
+    strict: true,
+    decode: (u) => (typeof u === "string" ? u : undefined),
+    encode: (s) => s
+  }))
+})
+export type CancelledParams = typeof CancelledParams.Type
+
 /** The tab's answer to `browser/executeTool`: `payload` is a `CallToolResult`, or an error string. */
 export interface ExecuteResult {
   readonly success: boolean

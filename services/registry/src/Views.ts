@@ -5,14 +5,12 @@
  */
 import { Kv, Subjects } from "@switchboard/bus"
 import { Registry } from "@switchboard/protocol"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as RcMap from "effect/RcMap"
 import * as Schema from "effect/Schema"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Naming from "./Naming.ts"
 
@@ -44,7 +42,6 @@ class UserView implements View {
   private cachedByTool = new Map<string, Registry.CachedToolRecord>()
   private current: Naming.Aggregate = { tools: [], byName: new Map() }
   private scheduled = false
-  refs = 0
 
   constructor(readonly user: string) {}
 
@@ -110,8 +107,6 @@ export const make = Effect.gen(function*() {
   const kv = yield* Kv.Kv
   const tabs = yield* kv.bucket(Subjects.Bucket.tabs)
   const cached = yield* kv.bucket(Subjects.Bucket.cachedTools)
-  const scope = yield* Effect.scope
-  const views = new Map<string, { readonly view: UserView; readonly ready: Deferred.Deferred<void>; readonly scope: Scope.CloseableScope }>()
 
   const follow = (view: UserView, bucket: Kv.KvBucketShape, apply: (e: Kv.KvEntry) => void) =>
     Effect.gen(function*() {
@@ -139,44 +134,18 @@ export const make = Effect.gen(function*() {
       Effect.forkScoped
     )
 
-  const open = (user: string) =>
-    Effect.gen(function*() {
-      const view = new UserView(user)
-      const ready = yield* Deferred.make<void>()
-      const own = yield* Scope.fork(scope, ExecutionStrategy.sequential)
-      const raced = views.get(user)
-      if (raced !== undefined) {
-        yield* Scope.close(own, Exit.void)
-        return raced
-      }
-      views.set(user, { view, ready, scope: own })
-      yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))]).pipe(
-        Effect.tap(() => Effect.sync(() => view.rebuild())),
-        Effect.ensuring(Deferred.done(ready, Exit.void)),
-        Scope.extend(own),
-        // Opened inside acquireRelease's uninterruptible acquire: the watches must stay interruptible.
-        Effect.interruptible,
-        Effect.forkIn(own)
-      )
-      return views.get(user)!
-    })
-
-  const acquire = (user: string): Effect.Effect<View, never, Scope.Scope> =>
-    Effect.acquireRelease(
+  // One view per user, shared by that user's sessions on this replica; its watches live in the
+  // entry's scope, which closes when the last session lets go. The lookup returns once the
+  // initial records are read, and sessions that ask meanwhile wait for that same lookup.
+  const byUser = yield* RcMap.make({
+    lookup: (user: string) =>
       Effect.gen(function*() {
-        const entry = views.get(user) ?? (yield* open(user))
-        entry.view.refs++
-        yield* Deferred.await(entry.ready)
-        return entry
-      }),
-      (entry) =>
-        Effect.suspend(() => {
-          entry.view.refs--
-          if (entry.view.refs > 0) return Effect.void
-          views.delete(user)
-          return Scope.close(entry.scope, Exit.void)
-        })
-    ).pipe(Effect.map((entry) => entry.view))
+        const view = new UserView(user)
+        yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))])
+        view.rebuild()
+        return view
+      })
+  })
 
-  return { acquire } satisfies Views
+  return { acquire: (user) => RcMap.get(byUser, user) } satisfies Views
 })

@@ -1,0 +1,67 @@
+/**
+ * What one registry replica shares among its actors: its settings, its KV buckets, the link to
+ * the edges, the users' views, and the session store an adopting replica reads back. Built once
+ * per replica (`Registry.ts`); each session takes what it needs from it.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Actors, Bus, ConnectionLimit, Kv, Subjects } from "@switchboard/bus"
+import { Edge, Registry } from "@switchboard/protocol"
+import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as RegistryConfig from "./Config.ts"
+import * as Views from "./Views.ts"
+
+export const make = Effect.gen(function*() {
+  const kv = yield* Kv.Kv
+  const auth = yield* AuthClient.AuthClient
+  const bus = yield* Bus.Bus
+  const link = yield* Actors.edgeLink
+  const { tracer } = yield* Telemetry.Tracing
+  const metrics = yield* Metrics.Metrics
+  const config = {
+    callTimeout: yield* RegistryConfig.callTimeout,
+    retries: yield* RegistryConfig.retries,
+    retryBackoff: yield* RegistryConfig.retryBackoff,
+    tabWait: yield* RegistryConfig.tabWait,
+    staleTabAge: yield* RegistryConfig.staleTabAge,
+    authTimeout: yield* RegistryConfig.authTimeout,
+    pageSize: yield* RegistryConfig.pageSize,
+    pageBytes: yield* RegistryConfig.pageBytes,
+    maxToolBytes: yield* RegistryConfig.maxToolBytes,
+    warningInterval: yield* RegistryConfig.warningInterval,
+    maxToolsPerTab: yield* RegistryConfig.maxToolsPerTab,
+    maxPending: yield* RegistryConfig.maxPending,
+    replicaHeartbeat: yield* RegistryConfig.replicaHeartbeat,
+    shutdownGrace: yield* RegistryConfig.shutdownGrace,
+    http: {
+      replayEvents: yield* RegistryConfig.httpReplayEvents,
+      replayAge: yield* RegistryConfig.httpReplayAge,
+      idle: yield* RegistryConfig.httpSessionIdle
+    },
+    maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser
+  }
+  const sessions = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord))
+  return {
+    auth,
+    bus,
+    link,
+    config,
+    traced: Option.isSome(tracer),
+    inFlight: Instruments.requests(metrics, "registry"),
+    toolCall: Instruments.toolCalls(metrics),
+    // A Streamable HTTP session outlives its requests until DELETE or its idle timeout, so one user
+    // could otherwise open them without end. Counted per replica, as the router counts sockets.
+    httpSessions: new ConnectionLimit(config.maxHttpSessionsPerUser),
+    tabs: Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord),
+    cachedTools: Kv.typed(yield* kv.bucket(Subjects.Bucket.cachedTools), Registry.CachedToolRecord),
+    connections: yield* kv.bucket(Subjects.Bucket.connections),
+    views: yield* Views.make,
+    ...sessions,
+    /** Closes the socket unless it has said who it is in time. */
+    deadline: (conn: Actors.Connection, reason: string) =>
+      Effect.sleep(config.authTimeout).pipe(Effect.zipRight(Effect.sync(() => conn.close(Edge.CloseCode.PolicyViolation, reason))), Effect.forkScoped)
+  }
+})
+
+export type Replica = Effect.Effect.Success<typeof make>

@@ -1,0 +1,433 @@
+/**
+ * The `tools/call`s of one `/hub` session: each goes to the best tab's socket under an id of its
+ * own, waits for the tab's answer (with progress before it) as a peer message from the tab's
+ * actor, is retried when its tab closes, opens a tab for a cached tool that has none, and times
+ * out. The session (`HubSession.ts`) decodes requests and hands the calls here; the calls answer
+ * on the exchange each came in on. Their timers live in the session actor's scope.
+ */
+import { Actors, Bus, Subjects, TimedMap } from "@switchboard/bus"
+import { Json, JsonRpc, Registry } from "@switchboard/protocol"
+import { InternalClient } from "@switchboard/router"
+import { Telemetry } from "@switchboard/telemetry"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type * as Tracer from "effect/Tracer"
+import * as CallOutcome from "./CallOutcome.ts"
+import type * as HubTransport from "./HubTransport.ts"
+import * as Naming from "./Naming.ts"
+import { failure, notification, result } from "./Replies.ts"
+import type * as Replica from "./Replica.ts"
+import type * as Views from "./Views.ts"
+
+const { ErrorCode } = JsonRpc
+const { Method, PeerKind, TabNotFound } = Registry
+const isRecord = JsonRpc.isRecord
+
+/** A response or progress notification a tab sent, as its actor passes it to the hub's actor. */
+export interface FromTab {
+  readonly tab: string
+  readonly message: Record<string, unknown>
+}
+
+/**
+ * A `from-tab` peer message as it came over the bus. Only tab actors send these, but the bus is
+ * not a trust boundary for shape: a message that is not one is logged, never thrown on.
+ */
+const parseFromTab = (text: string): Either.Either<FromTab, string> => {
+  // The tab's frame passed the depth check already; wrapping it here added one level.
+  const parsed = Json.parse(text, Json.MAX_DEPTH + 1)
+  if (Either.isLeft(parsed)) return Either.left(parsed.left)
+  const value = parsed.right
+  if (!isRecord(value) || typeof value["tab"] !== "string" || !isRecord(value["message"])) return Either.left("expected {tab: string, message: object}")
+  return Either.right({ tab: value["tab"], message: value["message"] })
+}
+
+/** The tab an attempt went to: what routes its answer, and what a hand-off carries. */
+type TabRef = Pick<Registry.TabRecord, "conn" | "edge" | "domain" | "tabId">
+
+interface Call {
+  readonly id: JsonRpc.Id
+  readonly key: string
+  /** The tool's name as the client called it, and the tab's tool it stands for. */
+  readonly name: string
+  readonly target: Naming.Target
+  readonly args: Record<string, unknown>
+  readonly progressToken: string | number | undefined
+  readonly span: Tracer.Span | undefined
+  /** Where its answer, and its progress before that, go. */
+  readonly exchange: HubTransport.Exchange
+  /** Tabs it was sent to so far. */
+  attempts: number
+  /** Whether a tab was opened for it already (a cached tool with no tab). */
+  opened: boolean
+  phase: "sent" | "opening" | "backoff"
+  /** The id of the attempt in flight, and the tab it went to. */
+  mapped: string | undefined
+  tab: TabRef | undefined
+  /** While it waits for a tab to open, or to be retried; an attempt in flight times out in `byMapped`. */
+  timer: ReturnType<typeof setTimeout> | undefined
+}
+
+/** What the calls need of the session they belong to. */
+export interface Session {
+  readonly conn: Actors.Connection
+  /** The session user's view; none until it authenticated. */
+  readonly view: () => Views.View | undefined
+  readonly user: () => string | undefined
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
+}
+
+const idKey = (id: JsonRpc.Id) => `${typeof id}:${id}`
+const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
+
+/** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
+const answerOf = (call: Call, m: Record<string, unknown>): string => {
+  if ("error" in m && isRecord(m["error"])) {
+    const error = m["error"]
+    // The tab's own fields, checked rather than converted: String() throws on {"toString": 1}.
+    const given = error["code"]
+    const code = typeof given === "number" && Number.isSafeInteger(given) ? given : ErrorCode.InternalError
+    return failure(call.id, code, typeof error["message"] === "string" ? error["message"] : "the tab failed")
+  }
+  const answered = m["result"]
+  if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
+  const { payload, success } = answered
+  const text = typeof payload === "string" ? payload : JSON.stringify(payload)
+  if (!success) return result(call.id, { content: [{ type: "text", text }], isError: true })
+  return result(call.id, isRecord(payload) && Array.isArray(payload["content"]) ? payload : { content: [{ type: "text", text }] })
+}
+
+const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
+
+export interface ToolCalls {
+  /** A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. */
+  readonly start: (request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => void
+  /** The client's `notifications/cancelled`: the call gets no answer, and its tab is told. */
+  readonly cancel: (params: Registry.CancelledParams) => void
+  /** A peer message from a tab's actor: an answer or progress of a call. */
+  readonly fromTab: (message: Bus.BusMessage) => Effect.Effect<void> | void
+  /** The user's tabs changed: calls waiting for a tab go out, and those whose tab closed are retried. */
+  readonly tabsChanged: () => void
+  /** The session moves to another replica: its calls in flight, for the adopter's `resume`. */
+  readonly handOff: () => Pick<Registry.HubHandoff, "seq" | "calls">
+  /** On the adopter: the calls `handedOver` carries; how many were taken on. */
+  readonly resume: (handedOver: unknown, transport: HubTransport.HubTransport) => number
+  /** The session closed: its calls end without answers. */
+  readonly closed: () => void
+}
+
+export const make = (replica: Replica.Replica, session: Session): Effect.Effect<ToolCalls, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { bus, config, inFlight, link, toolCall } = replica
+    const { conn } = session
+    const callTimeoutMillis = Duration.toMillis(config.callTimeout)
+    const tabWaitMillis = Duration.toMillis(config.tabWait)
+    const backoffMillis = Duration.toMillis(config.retryBackoff)
+
+    const calls = new Map<string, Call>()
+    /** Attempts in flight by mapped id; an attempt's tab gets `notifications/cancelled` once it times out. */
+    // In the actor's scope: once the session is handed over or its replica stops, a call that
+    // expires here would answer a client the new owner answers, or no one.
+    const byMapped = yield* TimedMap.make<string, Call>(callTimeoutMillis, (mapped, call) => {
+      const tab = call.tab
+      if (tab === undefined) return
+      socketOf(tab).send(notification("notifications/cancelled", { requestId: mapped, reason: "timed out" }))
+      fail(call, ErrorCode.InternalError, `Tool call timed out after ${Duration.format(config.callTimeout)} in tab ${tab.tabId} of ${tab.domain}`, "timeout")
+    }, inFlight)
+    let seq = 0
+    const stopTimers = () => {
+      for (const call of calls.values()) {
+        if (call.timer !== undefined) clearTimeout(call.timer)
+        call.timer = undefined
+      }
+    }
+    // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any
+    // reason. An actor that ends interrupted was neither closed nor handed over: its replica
+    // stopped with no other to take the session. Its calls get an error now rather than silence.
+    yield* Effect.addFinalizer((exit) =>
+      Effect.sync(() => {
+        stopTimers()
+        if (Exit.isSuccess(exit)) return
+        for (const call of [...calls.values()]) fail(call, ErrorCode.ServerError, "The registry replica serving this session stopped; call the tool again")
+      })
+    )
+
+    const done = (call: Call) => {
+      if (call.timer !== undefined) clearTimeout(call.timer)
+      calls.delete(call.key)
+      if (call.mapped !== undefined) byMapped.delete(call.mapped)
+    }
+    const fail = (call: Call, code: number, message: string, outcome = CallOutcome.ofFailure(code)) => {
+      done(call)
+      toolCall(outcome)
+      call.exchange.reply(failure(call.id, code, message), traceOf(call.span))
+    }
+
+    /** MCP-B routing (spec section 3): the tab in the name, the domain's active tab, the latest updated. */
+    const pick = (target: Naming.Target): Registry.TabRecord | undefined => {
+      const domainTabs = session.view()?.tabs().get(target.domain)
+      if (domainTabs === undefined) return undefined
+      const has = (t: Registry.TabRecord) => t.tools.some((tool) => tool.name === target.tool)
+      const named = target.tabId === undefined ? undefined : domainTabs.get(target.tabId)
+      if (named !== undefined && has(named)) return named
+      const all = [...domainTabs.values()]
+      const active = Naming.activeTab(all, target.domain)
+      if (active !== undefined && has(active)) return active
+      let best: Registry.TabRecord | undefined
+      for (const t of all) if (has(t) && (best === undefined || t.updatedAt > best.updatedAt)) best = t
+      return best
+    }
+
+    const sockets = new Map<string, Actors.Socket>()
+    const socketOf = (tab: TabRef) => {
+      let s = sockets.get(tab.conn)
+      if (s === undefined) {
+        if (sockets.size > 1_000) sockets.clear()
+        sockets.set(tab.conn, (s = link.to(Subjects.EdgeId(tab.edge), Subjects.ConnId(tab.conn))))
+      }
+      return s
+    }
+
+    const dispatch = (call: Call) => {
+      const { domain, tool } = call.target
+      const tab = pick(call.target)
+      if (tab !== undefined) return sendTo(call, tab)
+      const cached = session.view()?.cached(domain, tool)
+      const user = session.user()
+      if (cached !== undefined && !call.opened && user !== undefined) return openTab(call, cached, user)
+      if (call.phase === "opening") return // still waiting for the tab it opened
+      fail(call, TabNotFound, `TabNotFound: no open tab of ${domain} has the tool ${tool}`)
+    }
+
+    const sendTo = (call: Call, tab: Registry.TabRecord) => {
+      if (call.timer !== undefined) clearTimeout(call.timer)
+      call.timer = undefined
+      if (call.mapped !== undefined) byMapped.delete(call.mapped)
+      const mapped = `${conn.id}:${++seq}`
+      call.attempts++
+      call.phase = "sent"
+      call.mapped = mapped
+      call.tab = tab
+      byMapped.set(mapped, call)
+      call.span?.attribute("mcp.mapped_id", mapped)
+      const params = {
+        toolName: call.target.tool,
+        args: call.args,
+        ...(call.progressToken === undefined ? {} : { _meta: { progressToken: mapped } })
+      }
+      socketOf(tab).send(JSON.stringify({ jsonrpc: "2.0", id: mapped, method: Method.executeTool, params }), traceOf(call.span))
+    }
+
+    const openTab = (call: Call, cached: Registry.CachedToolRecord, owner: string) => {
+      call.opened = true
+      call.phase = "opening"
+      const { domain, tool } = call.target
+      const url = cached.url
+      awaitTab(call, url)
+      session.runFork(
+        InternalClient.request(owner, "createTab", { url }).pipe(
+          Effect.provideService(Bus.Bus, bus),
+          Effect.catchAll((e) =>
+            Effect.sync(() => {
+              if (calls.get(call.key) === call && call.phase === "opening") {
+                fail(call, TabNotFound, `TabNotFound: no open tab of ${domain} has ${tool}, and opening ${url} failed: ${e.message}`)
+              }
+            })
+          )
+        )
+      )
+    }
+
+    /** A call waits this long for the tab it opened at `url` to register its tool. */
+    const awaitTab = (call: Call, url: string) => {
+      const { domain, tool } = call.target
+      if (call.timer !== undefined) clearTimeout(call.timer)
+      call.timer = setTimeout(
+        () => fail(call, TabNotFound, `TabNotFound: opened ${url}, but no tab of ${domain} registered ${tool} within ${Duration.format(config.tabWait)}`),
+        tabWaitMillis
+      )
+    }
+
+    /** A retry waits before it dispatches again. */
+    const backOff = (call: Call) => {
+      call.phase = "backoff"
+      if (call.timer !== undefined) clearTimeout(call.timer)
+      call.timer = setTimeout(() => {
+        call.timer = undefined
+        dispatch(call)
+      }, backoffMillis)
+    }
+
+    /** The tab a call went to closed (its entry is gone or belongs to a newer socket). */
+    const tabClosed = (call: Call, tab: TabRef) => {
+      if (call.mapped !== undefined) byMapped.delete(call.mapped)
+      call.mapped = undefined
+      if (call.attempts > config.retries) {
+        return fail(call, ErrorCode.InternalError, `Tab ${tab.tabId} of ${tab.domain} closed during the call; gave up after ${call.attempts} attempts`)
+      }
+      backOff(call)
+    }
+
+    const start: ToolCalls["start"] = (request, params, ex, span) => {
+      const { name } = params
+      const key = idKey(request.id)
+      if (calls.has(key)) return ex.reply(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
+      if (calls.size >= config.maxPending) return ex.reply(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
+      const listed = session.view()?.aggregate().byName.get(name)
+      if (listed === undefined) return ex.reply(failure(request.id, TabNotFound, `TabNotFound: no tool named ${name}; tools/list shows what the open tabs offer`))
+      span?.attribute("mcp.tool.domain", listed.target.domain)
+      const call: Call = {
+        id: request.id,
+        key,
+        name: listed.name,
+        target: listed.target,
+        args: params.arguments ?? {},
+        progressToken: Registry.progressTokenOf(params),
+        span,
+        exchange: ex,
+        attempts: 0,
+        opened: false,
+        phase: "sent",
+        mapped: undefined,
+        tab: undefined,
+        timer: undefined
+      }
+      calls.set(key, call)
+      dispatch(call)
+    }
+
+    const cancel: ToolCalls["cancel"] = (params) => {
+      const call = calls.get(idKey(params.requestId))
+      if (call === undefined) return
+      done(call)
+      // A cancelled request gets no answer; its HTTP exchange ends without one.
+      call.exchange.end()
+      if (call.phase === "sent" && call.mapped !== undefined && call.tab !== undefined) {
+        socketOf(call.tab).send(notification("notifications/cancelled", { requestId: call.mapped, reason: params.reason ?? "cancelled by the client" }))
+      }
+    }
+
+    const tabsChanged = () => {
+      const view = session.view()
+      for (const call of [...calls.values()]) {
+        if (call.phase === "opening") dispatch(call)
+        else if (call.phase === "sent" && call.tab !== undefined) {
+          const tab = call.tab
+          if (view?.tabs().get(tab.domain)?.get(tab.tabId)?.conn !== tab.conn) tabClosed(call, tab)
+        }
+      }
+    }
+
+    const fromTab = (message: Bus.BusMessage): Effect.Effect<void> | void => {
+      let from = Actors.localValue(message) as FromTab | undefined
+      if (from === undefined) {
+        const parsed = parseFromTab(Bus.text(message))
+        if (Either.isLeft(parsed)) return Effect.logWarning(`hub ${conn.id}: dropped a malformed ${PeerKind.fromTab} message: ${parsed.left}`)
+        from = parsed.right
+      }
+      const m = from.message
+      const params = isRecord(m["params"]) ? m["params"] : {}
+      if (m["method"] === "notifications/progress") {
+        const token = params["progressToken"]
+        const call = typeof token === "string" ? byMapped.get(token) : undefined
+        if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
+        return call.exchange.notify(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
+      }
+      const cancelled = m["method"] === "notifications/cancelled"
+      const mapped = cancelled ? params["requestId"] : m["id"]
+      const call = typeof mapped === "string" ? byMapped.get(mapped) : undefined
+      // Late (timed out, cancelled), or not from the tab the call went to: dropped.
+      if (call === undefined || call.tab?.conn !== from.tab) return
+      done(call)
+      toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
+      const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
+      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
+      if (call.span === undefined) return call.exchange.reply(answer)
+      const user = session.user()
+      return Effect.currentSpan.pipe(
+        Effect.map((span) => call.exchange.reply(answer, traceOf(span))),
+        Effect.withSpan("registry.reply", {
+          kind: "server",
+          parent: call.span,
+          attributes: { "rpc.method": "tools/call", "mcp.tool.name": call.name, "mcp.request.id": String(call.id), "mcp.mapped_id": mapped, "sb.conn": conn.id, "user_id": user ?? "" }
+        }),
+        Effect.ignore
+      )
+    }
+
+    /**
+     * The session moves to another replica: its calls in flight go with it, and from here on
+     * this actor answers none of them (its mailbox is handled up to here, and its timers stop),
+     * so each gets one answer, from the new owner. Their attempts' timeouts start again there.
+     */
+    const handOff = () => {
+      const handed: Array<Registry.HubHandoff["calls"][number]> = []
+      for (const call of calls.values()) {
+        const ref = call.exchange.ref
+        // An answer with nowhere to go (an HTTP request that named no exchange) goes nowhere there either.
+        if (ref === undefined) continue
+        handed.push({
+          id: call.id,
+          name: call.name,
+          target: call.target,
+          args: call.args,
+          ...(call.progressToken === undefined ? {} : { progressToken: call.progressToken }),
+          exchange: ref,
+          attempts: call.attempts,
+          opened: call.opened,
+          phase: call.phase,
+          ...(call.mapped === undefined ? {} : { mapped: call.mapped }),
+          ...(call.tab === undefined ? {} : { tab: { conn: call.tab.conn, edge: call.tab.edge, domain: call.tab.domain, tabId: call.tab.tabId } })
+        })
+      }
+      stopTimers()
+      byMapped.clear()
+      return { seq, calls: handed }
+    }
+
+    // Calls in flight at the replica that handed this session over: their tabs answer here.
+    const resume = (handedOver: unknown, transport: HubTransport.HubTransport) => {
+      const handed = decodeHubHandoff(handedOver)
+      if (Option.isNone(handed)) return 0
+      seq = Math.max(seq, handed.value.seq)
+      for (const c of handed.value.calls) {
+        const key = idKey(c.id)
+        if (calls.has(key)) continue
+        const call: Call = {
+          id: c.id,
+          key,
+          name: c.name,
+          target: c.target,
+          args: c.args,
+          progressToken: c.progressToken,
+          span: undefined,
+          exchange: transport.resume(c.exchange),
+          attempts: c.attempts,
+          opened: c.opened,
+          phase: c.phase,
+          mapped: c.mapped,
+          tab: c.tab,
+          timer: undefined
+        }
+        calls.set(key, call)
+        if (call.phase === "backoff") backOff(call)
+        else if (call.phase === "opening") awaitTab(call, session.view()?.cached(call.target.domain, call.target.tool)?.url ?? call.target.domain)
+        else if (call.mapped !== undefined) byMapped.set(call.mapped, call)
+        else dispatch(call)
+      }
+      return calls.size
+    }
+
+    const closed = () => {
+      for (const call of calls.values()) if (call.timer !== undefined) clearTimeout(call.timer)
+      calls.clear()
+      byMapped.clear()
+    }
+
+    return { start, cancel, fromTab, tabsChanged, handOff, resume, closed } satisfies ToolCalls
+  })

@@ -1,0 +1,61 @@
+/** The `/tabs` actor alone, on the embedded bus: what a tab's messages do to its KV record. */
+import { describe, expect, it } from "@effect/vitest"
+import { Kv, Subjects } from "@switchboard/bus"
+import { Registry } from "@switchboard/protocol"
+import * as ActorClient from "@switchboard/testing/ActorClient"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { eventually, peer, tab, withRegistry } from "./Harness.ts"
+
+const tabRecord = (user: string, domain: string, tabId: number) =>
+  Effect.gen(function*() {
+    const kv = yield* Kv.Kv
+    const tabs = Kv.typed(yield* kv.bucket(Subjects.Bucket.tabs), Registry.TabRecord)
+    return Option.map(yield* Effect.orDie(tabs.get(Subjects.Key.tab(user, domain, tabId))), (e) => e.value)
+  })
+
+describe("the tab session", () => {
+  it.live("stores the tools a tab registers under user, domain and tab, and says which it refused", () =>
+    withRegistry(Effect.gen(function*() {
+      const client = yield* ActorClient.open("registry", { path: "/tabs", user: "alice" })
+      const t = peer(client)
+      expect((yield* t.request("browser/hello", { tabId: 3, url: "https://shop.example.com/cart" })).result).toEqual({ domain: "shop.example.com", tabId: 3 })
+      const answer = yield* t.request("browser/registerTools", {
+        tools: [{ name: "getCart", inputSchema: { type: "object" } }, { name: "broken", inputSchema: { type: "string" } }, { name: "getCart", inputSchema: { type: "object" } }]
+      })
+      expect(answer.result?.["registered"]).toBe(1)
+      expect(JSON.stringify(answer.result)).toContain("broken")
+      const stored = yield* tabRecord("alice", "shop.example.com", 3)
+      expect(Option.map(stored, (r) => ({ conn: r.conn, edge: r.edge, tools: r.tools.map((x) => x.name) }))).toEqual(
+        Option.some({ conn: client.conn, edge: client.edge, tools: ["getCart"] })
+      )
+    })))
+
+  it.live("refuses tools before hello, and closes a socket whose hello names another origin", () =>
+    withRegistry(Effect.gen(function*() {
+      const early = peer(yield* ActorClient.open("registry", { path: "/tabs", user: "alice" }))
+      expect((yield* early.request("browser/registerTools", { tools: [] })).error).toEqual({ code: -32600, message: "Invalid Request: send browser/hello first" })
+
+      const spoofed = yield* ActorClient.open("registry", { path: "/tabs", user: "alice", origin: "https://evil.example" })
+      yield* spoofed.send({ jsonrpc: "2.0", id: 1, method: "browser/hello", params: { tabId: 1, url: "https://bank.example/" } })
+      expect(yield* spoofed.closedByService).toEqual({ code: 1008, reason: "the tab's url (bank.example) does not match its Origin (evil.example)" })
+    })))
+
+  it.live("refuses a tab socket without a verified user", () =>
+    withRegistry(Effect.gen(function*() {
+      const refused = yield* ActorClient.refusal("registry", { path: "/tabs" })
+      expect(Option.map(refused, (r) => [r.code, r.reason])).toEqual(Option.some([1008, "Authentication required"]))
+    })))
+
+  it.live("removes the tab's entry when its socket closes, and a reload's socket replaces the old one", () =>
+    withRegistry(Effect.gen(function*() {
+      const first = yield* tab({ user: "alice", tabId: 1, url: "https://docs.example.org/", tools: ["search"] })
+      const reloaded = yield* tab({ user: "alice", tabId: 1, url: "https://docs.example.org/", tools: ["search", "read"] })
+      // The older socket is told to close, by the newer one's actor.
+      expect(yield* first.client.closedByService).toEqual({ code: 1000, reason: "replaced by a newer connection of the same tab" })
+      // Its actor's close leaves the newer socket's entry alone.
+      yield* eventually(Effect.map(tabRecord("alice", "docs.example.org", 1), (r) => Option.isSome(r) && r.value.conn === reloaded.client.conn && r.value.tools.length === 2), "the reload's entry")
+      yield* reloaded.client.close()
+      yield* eventually(Effect.map(tabRecord("alice", "docs.example.org", 1), Option.isNone), "the entry removed")
+    })))
+})
