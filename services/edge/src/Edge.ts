@@ -6,7 +6,7 @@
  */
 import type { AuthClient } from "@switchboard/auth"
 import { type Bus, Kv, Subjects } from "@switchboard/bus"
-import { Edge as EdgeProtocol, Settings } from "@switchboard/protocol"
+import { Edge as EdgeProtocol, Json, Settings } from "@switchboard/protocol"
 import { Metrics, type Telemetry } from "@switchboard/telemetry"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
@@ -15,7 +15,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 import { randomBytes } from "node:crypto"
 import * as Http from "node:http"
 import * as Boundary from "./Boundary.ts"
@@ -43,7 +42,7 @@ export interface EdgeOptions {
   readonly httpRoutes?: HttpRouteTable
 }
 
-const encodeHeartbeat = Schema.encodeSync(Schema.parseJson(EdgeProtocol.EdgeHeartbeat))
+const heartbeat = Json.codec(EdgeProtocol.EdgeHeartbeat)
 
 const make = (options: EdgeOptions) =>
   Effect.gen(function*() {
@@ -130,7 +129,7 @@ const make = (options: EdgeOptions) =>
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
     const startedAt = Date.now()
     // Suspended, so each beat reports the sockets open at that moment, not at the first.
-    yield* Effect.suspend(() => edges.put(Subjects.Key.edge(edgeId), encodeHeartbeat({ startedAt, connections: sockets.size() }))).pipe(
+    yield* Effect.suspend(() => edges.put(Subjects.Key.edge(edgeId), heartbeat.encode({ startedAt, connections: sockets.size() }))).pipe(
       Effect.zipRight(Effect.void),
       Effect.catchAll((e) => Effect.logWarning("edge heartbeat failed", e)),
       Effect.repeat(Schedule.spaced(config.heartbeat)),

@@ -6,13 +6,12 @@
  */
 import type { AuthClient } from "@switchboard/auth"
 import { Bus, Kv, Subjects } from "@switchboard/bus"
-import { Edge as EdgeProtocol } from "@switchboard/protocol"
+import { Edge as EdgeProtocol, Json } from "@switchboard/protocol"
 import type { Telemetry } from "@switchboard/telemetry"
 import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type * as Http from "node:http"
 import type { Boundary } from "./Boundary.ts"
@@ -48,8 +47,8 @@ export interface HttpRoutes {
 /** Largest HTTP request body the edge forwards to a service. */
 const MAX_HTTP_BODY = 64 * 1024
 
-const encodeHttpRequest = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpRequest))
-const decodeHttpResponse = Schema.decodeUnknownEither(Schema.parseJson(EdgeProtocol.HttpResponse))
+const httpRequest = Json.codec(EdgeProtocol.HttpRequest)
+const httpResponse = Json.codec(EdgeProtocol.HttpResponse)
 
 type Reply = (status: number, body: string, type?: string) => void
 
@@ -135,8 +134,8 @@ export const make = (
             ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
           }
           runFork(
-            bus.request(Subjects.http(service), encodeHttpRequest(request), { timeout: "10 seconds" }).pipe(
-              Effect.flatMap((m) => decodeHttpResponse(Bus.text(m))),
+            bus.request(Subjects.http(service), httpRequest.encode(request), { timeout: "10 seconds" }).pipe(
+              Effect.flatMap((m) => httpResponse.decode(Bus.text(m))),
               Effect.match({
                 onFailure: (e) =>
                   e._tag === "NoResponders"
