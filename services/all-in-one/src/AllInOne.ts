@@ -2,10 +2,10 @@
  * Every service and the edge in one process, on one bus: the embedded one by default, NATS when
  * `NATS_URL` is set. Production runs the same layers one per process (each service's main.ts).
  */
-import { AuthClient, AuthService, Process, Tokens } from "@switchboard/auth"
+import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import * as AuthConfig from "@switchboard/auth/Config"
 import { Broker, BrokerConfig } from "@switchboard/broker"
-import { BusConfig } from "@switchboard/bus"
+import { BusConfig, Process } from "@switchboard/bus"
 import { Edge, EdgeConfig } from "@switchboard/edge"
 import { Registry } from "@switchboard/registry"
 import * as RegistryConfig from "@switchboard/registry/Config"

@@ -1,4 +1,3 @@
 export * as AuthClient from "./AuthClient.ts"
 export * as AuthService from "./AuthService.ts"
 export * as Tokens from "./Tokens.ts"
-export * as Process from "./Process.ts"

@@ -1,5 +1,7 @@
 /** The MCPx topic broker as its own process (needs NATS_URL). */
-import { Process } from "@switchboard/auth"
+import { AuthClient } from "@switchboard/auth"
+import { Process } from "@switchboard/bus"
+import * as Layer from "effect/Layer"
 import * as Broker from "./Broker.ts"
 
-Process.run("broker", Broker.layer)
+Process.run("broker", Broker.layer.pipe(Layer.provide(AuthClient.layer)))

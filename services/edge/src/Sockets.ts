@@ -1,0 +1,501 @@
+/**
+ * The edge's socket I/O: frames from an accepted WebSocket to its actor over the bus, and the
+ * bus's deliveries back to the socket; holds and markers while an actor moves, ping/pong, slow
+ * consumers and the close. Plain callbacks on purpose: this runs once per frame, and an Effect per
+ * frame would cost more than the relay itself.
+ */
+import type { Auth } from "@switchboard/protocol"
+import { Actors, Bus, RateBudget, Subjects } from "@switchboard/bus"
+import { Edge as EdgeProtocol } from "@switchboard/protocol"
+import { Telemetry } from "@switchboard/telemetry"
+import { type Span, SpanKind } from "@opentelemetry/api"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import { randomUUID } from "node:crypto"
+import type * as Http from "node:http"
+import type { Duplex } from "node:stream"
+import { WebSocket } from "ws"
+import type { Boundary } from "./Boundary.ts"
+import type { EdgeMetrics } from "./Metrics.ts"
+import type { Route } from "./Routes.ts"
+import type { Turn } from "./Turn.ts"
+
+const CloseCode = EdgeProtocol.CloseCode
+
+export interface SocketsOptions {
+  readonly edgeId: Subjects.EdgeId
+  readonly boundary: Boundary
+  readonly turn: Turn
+  readonly metrics: EdgeMetrics
+  /** The frame limit of a path, named in the close that a larger frame gets. */
+  readonly limitOf: (path: string) => number
+  /** Bytes a socket may have waiting to be written before it is closed 1013 as a slow consumer. */
+  readonly outboundHighWaterMark: number
+  /** Frames per second, and burst, before frames are marked rate-limited (twice over: closed 1008). */
+  readonly rate: number
+  readonly burst: number
+  readonly openTimeout: Duration.DurationInput
+  /** How long a peer has to answer the edge's close before it is terminated. */
+  readonly closeGrace: Duration.DurationInput
+  readonly pingInterval: Duration.DurationInput
+  /**
+   * Where a delivery goes whose connection has no socket here but which carries `sb-http`: a
+   * Streamable HTTP exchange of this edge.
+   */
+  readonly deliverHttp?: ((m: Bus.BusMessage) => void) | undefined
+}
+
+export interface Sockets {
+  /** Takes a socket past its handshake: it asks the route's service to host its actor, and relays from then on. */
+  readonly open: (
+    req: Http.IncomingMessage,
+    raw: Duplex,
+    ws: WebSocket,
+    url: URL,
+    route: Route,
+    claims: Auth.Claims | undefined
+  ) => void
+  /** Sockets open now (the heartbeat's count). */
+  readonly size: () => number
+  /** Closes every socket with 1001, and waits for their closes for at most the grace and a second. */
+  readonly closeAll: Effect.Effect<void>
+}
+
+interface Socket {
+  readonly id: Subjects.ConnId
+  readonly ws: WebSocket
+  /** The peer's address, for logs. */
+  readonly remote: string
+  /** The TCP socket under `ws`, corked while a burst of deliveries is written. */
+  readonly raw: Duplex
+  corked: boolean
+  readonly path: string
+  readonly route: Route
+  readonly subject: string
+  readonly frameHeaders: Bus.Headers
+  readonly limitedHeaders: Bus.Headers
+  readonly budget: RateBudget
+  state: "opening" | "open" | "closed"
+  /** Frames that arrived before the service took the connection, or while it is held. */
+  pending: Array<readonly [Buffer, boolean]>
+  /**
+   * The hand-off (its token) that holds this connection's frames: its actor moves to another
+   * replica, and frames wait here until it listens (see `@switchboard/bus/Handoff`).
+   */
+  held: string | undefined
+  holdTimer: ReturnType<typeof setTimeout> | undefined
+  closedWith: readonly [number, string] | undefined
+  alive: boolean
+  /**
+   * The code and reason the edge (or ws, for a frame it refused) closed with, when it closed
+   * first: what the metrics count and the service is told, since the peer's own close may never
+   * come (a peer that stops reading is terminated, and shows up as 1006).
+   */
+  sentClose: readonly [number, string] | undefined
+  /** Terminates a peer that does not answer the edge's close; cleared once the socket is closed. */
+  closeTimer: ReturnType<typeof setTimeout> | undefined
+  /** For the access log's close line. */
+  readonly openedAt: number
+  readonly user: string | undefined
+  framesIn: number
+  framesOut: number
+}
+
+export const MAX_PENDING_FRAMES = 1024
+/**
+ * A hand-off takes a round trip or two between replicas; one whose replica died midway is never
+ * released, so the edge lets go of the frames itself after this long (longer than any service's
+ * shutdown grace), to whoever owns the connection by then.
+ */
+const HOLD_LIMIT_MS = 30_000
+
+/**
+ * A close frame holds at most 123 bytes of reason, and ws throws on more. Services word reasons
+ * freely (an auth error's text, a parse error's message), so a long one is cut here, on whole
+ * characters, to 120 bytes and an ellipsis.
+ */
+export const fitCloseReason = (reason: string) => {
+  if (Buffer.byteLength(reason) <= 123) return reason
+  let cut = reason.slice(0, 120)
+  while (Buffer.byteLength(cut) > 120) cut = cut.slice(0, -1)
+  return `${cut}...`
+}
+
+const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })
+
+/** The socket I/O, subscribed to this edge's outbound subject and pinging its sockets until the scope closes. */
+export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusError, Bus.Bus | Telemetry.Tracing | Scope.Scope> =>
+  Effect.gen(function*() {
+    const bus = yield* Bus.Bus
+    const { tracer } = yield* Telemetry.Tracing
+    const { edgeId, metrics, turn, limitOf, deliverHttp } = options
+    const { runFork, logCaught } = options.boundary
+    const hwm = options.outboundHighWaterMark
+    const grace = Duration.toMillis(options.closeGrace)
+    const sockets = new Map<Subjects.ConnId, Socket>()
+
+    // --- outbound: what services send to this edge's sockets -------------------------------
+
+    // Deliveries arrive in bursts: one read from the bus holds many, and one turn of the event
+    // loop reads many sockets. A socket is corked from its first delivery until the turn ends, so
+    // that a burst leaves in one write. A turn that has read at most one frame is no burst (a lone
+    // request, or a read from the bus): its writes leave once the deliveries it made are done, at
+    // the next microtask checkpoint, instead of after the rest of the turn: at 1×1, 2 µs from
+    // delivery to write where the end of the turn took 3.8 (instrumented all-in-one, `/hub` calls).
+    const corked: Array<Socket> = []
+    const uncorkAll = () => {
+      for (const s of corked) {
+        s.corked = false
+        s.raw.uncork()
+      }
+      corked.length = 0
+    }
+
+    const send = (s: Socket, data: Uint8Array) => {
+      if (s.state === "closed" || s.ws.readyState !== WebSocket.OPEN) return
+      if (s.ws.bufferedAmount + data.byteLength > hwm) {
+        closeSocket(s, CloseCode.TryAgainLater, "slow consumer: outbound buffer full")
+        return
+      }
+      metrics.framesOut++
+      s.framesOut++
+      metrics.bytesOut += data.byteLength
+      if (!s.corked) {
+        s.corked = true
+        s.raw.cork()
+        if (corked.push(s) === 1) {
+          if (turn.frames <= 1) queueMicrotask(uncorkAll)
+          else setImmediate(uncorkAll)
+        }
+      }
+      s.ws.send(data, { binary: false })
+    }
+
+    const deliverSpan = (traceparent: string | undefined, conns: string): Span | undefined =>
+      Option.isNone(tracer) || traceparent === undefined
+        ? undefined
+        : Telemetry.startSpan(tracer.value, "edge.deliver", traceparent, {
+          kind: SpanKind.PRODUCER,
+          attributes: { "sb.conn": conns, "sb.edge": edgeId }
+        }).span
+
+    const onOutbound = (m: Bus.BusMessage) => {
+      try {
+        deliverOutbound(m)
+      } catch (cause) {
+        logCaught("edge: outbound message handler threw", cause, { subject: m.subject, op: m.header(Subjects.Header.op) ?? "" })
+      }
+    }
+
+    const deliverOutbound = (m: Bus.BusMessage) => {
+      const op = m.header(Subjects.Header.op)
+      if (op === "deliver") {
+        const one = m.header(Subjects.Header.conn)
+        const span = deliverSpan(m.header(Subjects.Header.traceparent), one ?? m.header(Subjects.Header.conns) ?? "")
+        if (one !== undefined) {
+          const s = sockets.get(Subjects.ConnId(one))
+          if (s) send(s, m.data)
+          else if (deliverHttp !== undefined && m.header(Subjects.Header.http) !== undefined) deliverHttp(m)
+        } else {
+          for (const id of (m.header(Subjects.Header.conns) ?? "").split(",")) {
+            const s = sockets.get(Subjects.ConnId(id))
+            if (s) send(s, m.data)
+          }
+        }
+        span?.end()
+      } else if (op === "close") {
+        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        if (s) closeSocket(s, Number(m.header(Subjects.Header.code) ?? CloseCode.Normal), m.header(Subjects.Header.reason) ?? "")
+      } else if (op === "hold") {
+        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        const token = m.header(Subjects.Header.handoff)
+        if (s !== undefined && token !== undefined) hold(s, token)
+      } else if (op === "release") {
+        const s = held.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
+        if (s !== undefined && s.held === m.header(Subjects.Header.handoff)) release(s)
+      }
+    }
+
+    // --- hand-off: a connection's actor moves to another replica ------------------------------
+
+    /** Held sockets, closed ones included: a socket that closes while held still gets released. */
+    const held = new Map<Subjects.ConnId, Socket>()
+
+    /**
+     * Holds the connection's frames, and marks the end of what its current actor must handle: the
+     * edge is the only publisher of a socket's frames, so everything sent before the marker
+     * reaches that actor before it, in a NATS cluster too.
+     */
+    const hold = (s: Socket, token: string) => {
+      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
+      s.held = token
+      held.set(s.id, s)
+      s.holdTimer = setTimeout(() => release(s), HOLD_LIMIT_MS)
+      s.holdTimer.unref()
+      try {
+        bus.unsafePublish(s.subject, "", { [Subjects.Header.op]: "marker", [Subjects.Header.conn]: s.id, [Subjects.Header.handoff]: token })
+      } catch {
+        // The bus is gone: there is no hand-off to finish.
+      }
+    }
+
+    /** The new actor listens: the held frames go to it, in order, then a close that happened meanwhile. */
+    const release = (s: Socket) => {
+      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
+      s.holdTimer = undefined
+      s.held = undefined
+      held.delete(s.id)
+      if (s.state === "opening") return
+      const pending = s.pending
+      s.pending = []
+      for (const [data, limited] of pending) forward(s, data, limited)
+      if (s.state === "closed" && s.closedWith !== undefined) tellClosed(s, s.closedWith[0], s.closedWith[1])
+    }
+
+    // --- inbound: frames from sockets to their actor ---------------------------------------
+
+    const forward = (s: Socket, data: Buffer, limited: boolean) => {
+      let headers = limited ? s.limitedHeaders : s.frameHeaders
+      let span: Span | undefined
+      if (Option.isSome(tracer) && s.route.traceInbound) {
+        const started = Telemetry.startSpan(tracer.value, "edge.receive", undefined, {
+          kind: SpanKind.CONSUMER,
+          attributes: { "sb.conn": s.id, "sb.edge": edgeId, "sb.path": s.path }
+        })
+        span = started.span
+        headers = { ...headers, traceparent: started.traceparent }
+      }
+      const t0 = performance.now()
+      try {
+        bus.unsafePublish(s.subject, data, headers)
+      } catch {
+        closeSocket(s, CloseCode.InternalError, "bus unavailable")
+      }
+      metrics.observePublish((performance.now() - t0) / 1000)
+      span?.end()
+    }
+
+    const onFrame = (s: Socket, data: Buffer, isBinary: boolean) => {
+      if (isBinary) return closeSocket(s, CloseCode.Unsupported, "binary frames are not supported; send text")
+      turn.count()
+      metrics.framesIn++
+      s.framesIn++
+      metrics.bytesIn += data.byteLength
+      const budget = s.budget.take()
+      if (budget === "abusive") return closeSocket(s, CloseCode.PolicyViolation, "rate limit exceeded")
+      const limited = budget === "limited"
+      if (limited) metrics.rateLimited++
+      if (s.state === "opening" || s.held !== undefined) {
+        if (s.pending.length >= MAX_PENDING_FRAMES) {
+          return closeSocket(s, CloseCode.TryAgainLater, s.held === undefined ? "too many frames before the session started" : "too many frames while the session moves")
+        }
+        s.pending.push([data, limited])
+        return
+      }
+      if (s.state === "open") forward(s, data, limited)
+    }
+
+    // --- lifecycle -------------------------------------------------------------------------
+
+    const tellClosed = (s: Socket, code: number, reason: string) => {
+      try {
+        bus.unsafePublish(s.subject, "", {
+          [Subjects.Header.op]: "closed",
+          [Subjects.Header.conn]: s.id,
+          [Subjects.Header.edge]: edgeId,
+          [Subjects.Header.code]: String(code),
+          [Subjects.Header.reason]: reason
+        })
+      } catch {
+        // The bus is gone; the service finds out through this edge's expired heartbeat.
+      }
+    }
+
+    const closeSocket = (s: Socket, code: number, reason: string) => {
+      if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
+      try {
+        s.ws.close(code, fitCloseReason(reason))
+        s.sentClose = [code, reason]
+      } catch {
+        // A code no close frame may carry (a service's bug: 1005, 999): the socket still closes.
+        s.ws.close(CloseCode.InternalError, `invalid close code ${code}`)
+        s.sentClose = [CloseCode.InternalError, `invalid close code ${code}`]
+      }
+      // A peer that does not read will never see the close frame; don't wait on it for long.
+      s.closeTimer = setTimeout(() => s.ws.terminate(), grace)
+      s.closeTimer.unref()
+    }
+
+    const onClose = (s: Socket, code: number, reason: string) => {
+      const wasOpen = s.state === "open"
+      s.state = "closed"
+      sockets.delete(s.id)
+      // The timer would keep the socket, and all it holds, for the rest of the grace.
+      if (s.closeTimer !== undefined) clearTimeout(s.closeTimer)
+      // A close the edge began counts under the code it sent: a slow consumer it closed with 1013
+      // and then terminated, for not reading the close frame either, is still a 1013, not a 1006.
+      const [why, because] = s.sentClose ?? [code, reason]
+      metrics.closed(s.path, why)
+      runFork(
+        Effect.logInfo(`edge: closed ${s.path} with ${why}${because === "" ? "" : `: ${because}`}`).pipe(
+          Effect.annotateLogs({
+            ...socketLog(s),
+            user: s.user ?? "-",
+            ms: Date.now() - s.openedAt,
+            framesIn: s.framesIn,
+            framesOut: s.framesOut
+          })
+        )
+      )
+      if (wasOpen && s.held === undefined) tellClosed(s, why, because)
+      else s.closedWith = [why, because]
+    }
+
+    /** A socket whose handler threw: closed 1011, or cut if even that fails. */
+    const socketFailed = (s: Socket, event: string, cause: unknown) => {
+      logCaught(`edge: socket ${event} handler threw`, cause, socketLog(s))
+      try {
+        closeSocket(s, CloseCode.InternalError, "internal error")
+      } catch {
+        s.ws.terminate()
+      }
+    }
+
+    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) =>
+      Actors.requestOpen(bus, s.route.service, s.id, edgeId, event, options.openTimeout).pipe(
+        Effect.match({
+          onFailure: (e) => {
+            if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
+            if (e._tag === "RequestTimeout") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service did not answer`)
+            return closeSocket(s, CloseCode.InternalError, "could not start the session")
+          },
+          onSuccess: (reply) => {
+            if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
+            if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
+            s.state = "open"
+            // Held before the answer reached us: the frames wait for the hand-off's release.
+            if (s.held !== undefined) return
+            const pending = s.pending
+            s.pending = []
+            for (const [data, limited] of pending) forward(s, data, limited)
+          }
+        })
+      )
+
+    const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
+      const id = Subjects.ConnId(randomUUID())
+      const base = {
+        [Subjects.Header.op]: "frame",
+        [Subjects.Header.conn]: id,
+        [Subjects.Header.edge]: edgeId,
+        ...(claims === undefined ? {} : { [Subjects.Header.user]: claims.sub })
+      }
+      const s: Socket = {
+        id,
+        ws,
+        remote: req.socket.remoteAddress ?? "unknown",
+        raw,
+        corked: false,
+        path: url.pathname,
+        route,
+        subject: Subjects.conn(route.service, id),
+        frameHeaders: base,
+        limitedHeaders: { ...base, [Subjects.Header.reason]: "rate-limited" },
+        budget: new RateBudget(options.rate, options.burst),
+        state: "opening",
+        pending: [],
+        held: undefined,
+        holdTimer: undefined,
+        closedWith: undefined,
+        alive: true,
+        sentClose: undefined,
+        closeTimer: undefined,
+        openedAt: Date.now(),
+        user: claims?.sub,
+        framesIn: 0,
+        framesOut: 0
+      }
+      sockets.set(id, s)
+      runFork(Effect.logInfo(`edge: opened ${s.path} with 101`).pipe(Effect.annotateLogs({ ...socketLog(s), user: s.user ?? "-" })))
+      ws.on("close", (code, reason) => {
+        try {
+          onClose(s, code, reason.toString())
+        } catch (cause) {
+          logCaught("edge: socket close handler threw", cause, socketLog(s))
+        }
+      })
+      metrics.opened(s.path)
+      // One try per event, no Effect: this runs once per frame.
+      ws.on("message", (data: Buffer, isBinary) => {
+        try {
+          onFrame(s, data, isBinary)
+        } catch (cause) {
+          socketFailed(s, "message", cause)
+        }
+      })
+      ws.on("pong", () => {
+        s.alive = true
+      })
+      ws.on("error", (e: Error & { readonly code?: string }) => {
+        // ws closes the socket itself (1002/1007/1009) and emits `close` after this; the close
+        // frame it sent says why, so the service and the log do too.
+        if (s.sentClose !== undefined) return
+        s.sentClose = e.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
+          ? [CloseCode.TooBig, `frame too large (over ${limitOf(s.path)} bytes)`]
+          : e.code === "WS_ERR_INVALID_UTF8"
+          ? [1007, "invalid UTF-8 in a text frame"]
+          : [CloseCode.ProtocolError, e.message]
+      })
+      const query: Record<string, string> = {}
+      for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
+      const origin = req.headers.origin
+      const event: EdgeProtocol.OpenEvent = {
+        path: url.pathname,
+        query,
+        openedAt: Date.now(),
+        ...(origin === undefined ? {} : { origin }),
+        ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
+        ...(claims === undefined ? {} : { claims })
+      }
+      runFork(startSession(s, event))
+    }
+
+    const closeAll = Effect.suspend(() => {
+      const open = [...sockets.values()]
+      return Effect.logInfo(`edge ${edgeId} shutting down: closing ${open.length} sockets with 1001`).pipe(
+        Effect.zipRight(
+          Effect.async<void>((resume) => {
+            if (open.length === 0) return resume(Effect.void)
+            let left = open.length
+            for (const s of open) {
+              s.ws.once("close", () => --left === 0 && resume(Effect.void))
+              closeSocket(s, CloseCode.GoingAway, "server shutting down")
+            }
+          }).pipe(Effect.timeout(Duration.sum(options.closeGrace, "1 second")), Effect.ignore)
+        )
+      )
+    })
+
+    yield* bus.subscribe(Subjects.edgeOut(edgeId), onOutbound)
+
+    // A socket that has not answered the last ping by the next is gone, whatever TCP thinks.
+    const ping = setInterval(() => {
+      for (const s of sockets.values()) {
+        try {
+          if (!s.alive) {
+            s.ws.terminate()
+            continue
+          }
+          s.alive = false
+          s.ws.ping()
+        } catch (cause) {
+          socketFailed(s, "ping", cause)
+        }
+      }
+    }, Duration.toMillis(options.pingInterval))
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(ping)))
+
+    return { open, size: () => sockets.size, closeAll } satisfies Sockets
+  })

@@ -1,0 +1,185 @@
+/**
+ * The WebSocket upgrade: which path, from which Origin, with which token, within which limits. A
+ * request refused here gets a plain HTTP error before any service sees it; one accepted is
+ * handshaken and handed to the socket I/O (`open`), which owns it from then on.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { ConnectionLimit } from "@switchboard/bus"
+import type { Auth } from "@switchboard/protocol"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Http from "node:http"
+import type { Duplex } from "node:stream"
+import { type WebSocket, WebSocketServer } from "ws"
+import type { Boundary } from "./Boundary.ts"
+import { requestLog, targetOf } from "./Requests.ts"
+import type { Route, RouteTable } from "./Routes.ts"
+
+export interface UpgradeOptions {
+  readonly routes: RouteTable
+  /** Origins a browser may open sockets from; `*` is any. A request without Origin is no browser's. */
+  readonly origins: ReadonlyArray<string>
+  /** Sockets at once per remote address, and per user (0: none). */
+  readonly perAddress: number
+  readonly perUser: number
+  /** The largest frame a path takes. */
+  readonly limitOf: (path: string) => number
+  /** While true, every upgrade is refused 503. */
+  readonly isShuttingDown: () => boolean
+  readonly boundary: Boundary
+  /** Takes a socket past its handshake: from here it is the socket I/O's. */
+  readonly open: (req: Http.IncomingMessage, raw: Duplex, ws: WebSocket, url: URL, route: Route, claims: Auth.Claims | undefined) => void
+}
+
+export interface Upgrade {
+  /** The HTTP server's `upgrade` listener. */
+  readonly onUpgrade: (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => void
+}
+
+/** How long a refused upgrade's socket may wait for the peer to close its side before it is destroyed. */
+const REFUSED_LINGER_MS = 2000
+
+/**
+ * Answers an upgrade request with a plain HTTP error and closes the TCP socket, at once if the
+ * peer does not close its side soon: a refused socket must not linger, holding its slot.
+ */
+const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
+  if (!socket.writable) return socket.destroy()
+  const body = `${message}\n`
+  socket.end(
+    `HTTP/1.1 ${status} ${Http.STATUS_CODES[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  )
+  setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref()
+}
+
+const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => {
+  const header = req.headers.authorization
+  if (header !== undefined) {
+    const m = /^Bearer\s+(.+)$/i.exec(header.trim())
+    if (m !== null) return m[1]
+  }
+  return url.searchParams.get("token") ?? undefined
+}
+
+export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, AuthClient.AuthClient> =>
+  Effect.gen(function*() {
+    const auth = yield* AuthClient.AuthClient
+    const { routes, origins, isShuttingDown, limitOf } = options
+    const { runFork, logCaught } = options.boundary
+    const anyOrigin = origins.includes("*")
+    const byAddress = new ConnectionLimit(options.perAddress)
+    const byUser = new ConnectionLimit(options.perUser)
+
+    /** An upgrade answered with an HTTP error, in the access log as the upgrades it refuses are. */
+    const refuse = (req: Http.IncomingMessage, socket: Duplex, status: number, message: string) => {
+      runFork(Effect.logInfo(`edge: refused an upgrade with ${status}: ${message}`).pipe(Effect.annotateLogs(requestLog(req))))
+      refuseUpgrade(socket, status, message)
+    }
+
+    /** One ws server per frame limit: ws takes `maxPayload` per server. */
+    const servers = new Map<number, WebSocketServer>()
+    const serverFor = (limit: number) => {
+      let wss = servers.get(limit)
+      if (wss === undefined) {
+        wss = new WebSocketServer({
+          noServer: true,
+          maxPayload: limit,
+          perMessageDeflate: false,
+          clientTracking: false,
+          handleProtocols: (offered, req) => {
+            const target = targetOf(req)
+            const route = target === undefined ? undefined : routes[target.pathname]
+            return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
+          }
+        })
+        servers.set(limit, wss)
+      }
+      return wss
+    }
+
+    const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims | undefined) =>
+      serverFor(limitOf(url.pathname)).handleUpgrade(req, socket, head, (ws) => {
+        try {
+          options.open(req, socket, ws, url, route, claims)
+        } catch (cause) {
+          // Past the handshake: the peer reads WebSocket frames now, not an HTTP error.
+          logCaught("edge: opening a socket threw", cause, requestLog(req))
+          ws.terminate()
+        }
+      })
+
+    /**
+     * Takes the user's slot once the token is verified, and upgrades. The peer may have gone while
+     * the token was checked: a destroyed socket never emits `close` again, and its slot would stay.
+     */
+    const acceptVerified = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
+      if (socket.destroyed) return
+      if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
+      const release = byUser.take(claims.sub)
+      if (release === undefined) {
+        return refuse(req, socket, 429, `too many connections for user ${claims.sub} (at most ${options.perUser})`)
+      }
+      socket.once("close", release)
+      accept(req, socket, head, url, route, claims)
+    }
+
+    const upgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
+      const url = targetOf(req)
+      if (url === undefined) return refuse(req, socket, 400, "malformed request target")
+      const route = routes[url.pathname]
+      if (route === undefined) return refuse(req, socket, 404, `no WebSocket endpoint at ${url.pathname}`)
+      const origin = req.headers.origin
+      if (!anyOrigin && origin !== undefined && !origins.includes(origin)) {
+        return refuse(req, socket, 403, `origin ${origin} is not allowed`)
+      }
+      // The slot is the TCP socket's, from here to its close, whatever happens in between (a
+      // refused token, a handshake ws rejects, a socket that lives for days).
+      const address = req.socket.remoteAddress ?? "unknown"
+      const release = byAddress.take(address)
+      if (release === undefined) {
+        return refuse(req, socket, 429, `too many connections from ${address} (at most ${options.perAddress})`)
+      }
+      socket.once("close", release)
+      const token = bearer(req, url)
+      if (token === undefined) {
+        if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
+        return accept(req, socket, head, url, route, undefined)
+      }
+      runFork(
+        auth.verify(token).pipe(
+          Effect.either,
+          Effect.flatMap((verdict) =>
+            Effect.sync(() =>
+              Either.match(verdict, {
+                onLeft: (e) =>
+                  refuse(req, socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
+                onRight: (claims) => acceptVerified(req, socket, head, url, route, claims)
+              })
+            )
+          ),
+          Effect.catchAllCause((cause) =>
+            Effect.sync(() => {
+              logCaught("edge: upgrade failed after the token check", Cause.squash(cause), requestLog(req))
+              refuse(req, socket, 500, "internal error")
+            })
+          )
+        )
+      )
+    }
+
+    const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      socket.on("error", () => socket.destroy())
+      try {
+        upgrade(req, socket, head)
+      } catch (cause) {
+        logCaught("edge: upgrade handler threw", cause, requestLog(req))
+        // `open` catches its own: what reaches here threw before the handshake, so the peer still reads HTTP.
+        refuse(req, socket, 500, "internal error")
+      }
+    }
+
+    return { onUpgrade } satisfies Upgrade
+  })
