@@ -229,6 +229,11 @@ export class Protocol<M extends Message> implements Codec {
     route.bus.unsafePublish(Subjects.conn(route.service, target), this.encode(message), headers)
   }
 
+  /** Publishes `message` on a subject that is no actor's (a topic's sequencer, say): always encoded. */
+  publish(bus: BusShape, subject: string, message: Tell<M>, traceparent?: string): void {
+    bus.unsafePublish(subject, this.encode(message), this.headers(message._tag, traceparent))
+  }
+
   /** Asks the actor of `target`; its answer, its typed failure, or why there is none. */
   ask<Req extends Ask<M>>(from: Sender, target: Subjects.ConnId, request: Req, options?: AskOptions): Effect.Effect<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable> {
     const route = from.route
@@ -325,6 +330,14 @@ export class Protocol<M extends Message> implements Codec {
 const replyOver = (bus: BusShape, subject: string | undefined): ReplyTo =>
   subject === undefined ? noReply : (request) => remoteReply(bus, subject, exitSchemaOfRequest(request))
 
-/** A service's protocol, from its union of tagged classes and tagged requests. */
-export const protocol = <Members extends ReadonlyArray<Member>>(union: Schema.Union<Members>): Protocol<Schema.Schema.Type<Members[number]>> =>
-  new Protocol(union.members)
+/**
+ * A service's protocol, from its union of tagged classes and tagged requests (`Schema.Union` of
+ * one member is that member itself).
+ */
+export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>): Protocol<A> => {
+  const members = "members" in schema ? schema.members : [schema]
+  if (!Array.isArray(members) || !members.every((m): m is Member => Schema.isSchema(m) && typeof (m as { readonly _tag?: unknown })._tag === "string")) {
+    throw new Error("a peer protocol is a Schema.Union of Schema.TaggedClass and Schema.TaggedRequest classes")
+  }
+  return new Protocol<A>(members)
+}
