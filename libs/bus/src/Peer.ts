@@ -1,12 +1,14 @@
 /**
  * Typed messages between actors. A service declares its peer protocol once, in
- * `@switchboard/protocol`, as a `Schema.Union` of `Schema.TaggedClass`es (told) and
+ * `@switchboard/protocol`, as a `Schema.Union` of `Schema.TaggedClass`es (told; a
+ * `Schema.TaggedStruct` for one sent per request, whose literal costs nothing to build) and
  * `Schema.TaggedRequest`s (asked: each carries its success and failure Schemas), as
  * `@effect/cluster`'s Entity declares its Rpcs. A message to an actor of this replica goes straight
  * into its mailbox as the value it is, with no encoding; one to another replica is encoded with the
  * Schema and decoded on receipt, where a message that does not decode is logged and dropped.
  */
 import * as Data from "effect/Data"
+import * as AST from "effect/SchemaAST"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -91,8 +93,18 @@ export interface AskOptions {
 
 const DEFAULT_TIMEOUT = Duration.seconds(5)
 
-/** A class of a protocol's union: its static `_tag` names its messages on the wire. */
-type Member = Schema.Schema.AnyNoContext & { readonly _tag: string }
+/** A member of a protocol's union: a tagged class or request, or a `Schema.TaggedStruct`. */
+type Member = Schema.Schema.AnyNoContext
+
+/** The tag that names a member's messages on the wire: a class's static `_tag`, or a tagged struct's `_tag` literal. */
+const tagOf = (member: Member): string | undefined => {
+  const tag: unknown = (member as { readonly _tag?: unknown })._tag
+  if (typeof tag === "string") return tag
+  const ast = member.ast
+  if (!AST.isTypeLiteral(ast)) return undefined
+  const field = ast.propertySignatures.find((p) => p.name === "_tag")
+  return field !== undefined && AST.isLiteral(field.type) && typeof field.type.literal === "string" ? field.type.literal : undefined
+}
 
 interface Codec {
   readonly encode: (value: Message) => string
@@ -196,12 +208,14 @@ export class Protocol<M extends Message> implements Codec {
 
   constructor(members: ReadonlyArray<Member>) {
     for (const member of members) {
+      const tag = tagOf(member)
+      if (tag === undefined) throw new Error("a peer protocol's members are tagged classes, tagged requests or tagged structs")
       const json = Schema.parseJson(member)
-      this.members.set(member._tag, {
+      this.members.set(tag, {
         encode: Schema.encodeSync(json) as (value: M) => string,
         decode: Schema.decodeUnknownEither(json) as (text: string) => Either.Either<M, ParseResult.ParseError>
       })
-      this.untraced.set(member._tag, { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: member._tag })
+      this.untraced.set(tag, { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: tag })
     }
   }
 
@@ -336,8 +350,8 @@ const replyOver = (bus: BusShape, subject: string | undefined): ReplyTo =>
  */
 export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>): Protocol<A> => {
   const members = "members" in schema ? schema.members : [schema]
-  if (!Array.isArray(members) || !members.every((m): m is Member => Schema.isSchema(m) && typeof (m as { readonly _tag?: unknown })._tag === "string")) {
-    throw new Error("a peer protocol is a Schema.Union of Schema.TaggedClass and Schema.TaggedRequest classes")
+  if (!Array.isArray(members) || !members.every((m): m is Member => Schema.isSchema(m))) {
+    throw new Error("a peer protocol is a Schema.Union of tagged classes, tagged requests and tagged structs")
   }
   return new Protocol<A>(members)
 }

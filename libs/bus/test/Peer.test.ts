@@ -29,7 +29,11 @@ class Refused extends Schema.TaggedError<Refused>()("Refused", { why: Schema.Str
 class Double extends Schema.TaggedRequest<Double>()("Double", { success: Schema.Number, failure: Refused, payload: { n: Schema.Number } }) {}
 /** Never answered: what an ask's timeout is for. */
 class Silent extends Schema.TaggedRequest<Silent>()("Silent", { success: Schema.Void, failure: Schema.Never, payload: {} }) {}
-const peers = Peer.protocol(Schema.Union(Note, Double, Silent))
+/** A tagged struct: what a protocol uses for a message sent once per request. */
+const Ping = Schema.TaggedStruct("Ping", { n: Schema.Number })
+type Ping = typeof Ping.Type
+type TestPeer = Note | Ping | Double | Silent
+const peers = Peer.protocol(Schema.Union(Note, Ping, Double, Silent))
 
 /** The bus and KV of each of two hosts. */
 type TwoHosts<R> = Effect.Effect<readonly [Context.Context<Bus | Kv | Journal>, Context.Context<Bus | Kv | Journal>], unknown, R | Scope.Scope>
@@ -39,6 +43,7 @@ interface TestActor {
   /** What `receive` got, as it got it, appended synchronously. */
   readonly received: Array<Note>
   readonly notes: Queue.Queue<Note>
+  readonly pings: Queue.Queue<Ping>
 }
 
 const openEvent = { path: "/peer", query: {}, openedAt: 0 }
@@ -58,8 +63,11 @@ const hostOn = (ctx: Context.Context<Bus | Kv | Journal>, logs: Array<string>) =
         Effect.gen(function*() {
           const received: Array<Note> = []
           const notes = yield* Queue.unbounded<Note>()
-          const receive = (message: Note | Double | Silent, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
+          const pings = yield* Queue.unbounded<Ping>()
+          const receive = (message: TestPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
             switch (message._tag) {
+              case "Ping":
+                return void Queue.unsafeOffer(pings, message)
               case "Note":
                 received.push(message)
                 return void Queue.unsafeOffer(notes, message)
@@ -69,10 +77,10 @@ const hostOn = (ctx: Context.Context<Bus | Kv | Journal>, logs: Array<string>) =
                 return
             }
           }
-          const actor = { conn, received, notes }
+          const actor = { conn, received, notes, pings }
           const waiting = made.get(conn.id)
           if (waiting !== undefined) Deferred.unsafeDone(waiting, Effect.succeed(actor))
-          return { onFrame: () => undefined, receive } satisfies Actors.Actor<never, Note | Double | Silent>
+          return { onFrame: () => undefined, receive } satisfies Actors.Actor<never, TestPeer>
         })
     }).pipe(
       Effect.provide(ctx),
@@ -141,6 +149,8 @@ const suite = <R, E>(name: string, shared: Layer.Layer<R, E>, twoHosts: TwoHosts
           // Decoded into the class, not handed over: this one crossed the bus.
           expect(got[0]).toBeInstanceOf(Note)
           expect(got[0]).not.toBe(first)
+          peers.tell(here.conn, there.conn.id, { _tag: "Ping", n: 7 })
+          expect(yield* deadline(Queue.take(there.pings))).toEqual({ _tag: "Ping", n: 7 })
           expect(yield* deadline(peers.ask(here.conn, there.conn.id, new Double({ n: 5 })))).toBe(10)
           const refused = yield* Effect.flip(peers.ask(here.conn, there.conn.id, new Double({ n: -3 })))
           expect(refused).toBeInstanceOf(Refused)

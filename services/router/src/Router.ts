@@ -311,8 +311,7 @@ export const make = Effect.gen(function*() {
         const colon = id.indexOf(":")
         const connectionId = colon < 0 ? id : id.slice(0, colon)
         const client = attached.get(connectionId)
-        // Validated already: the constructor need not check the response again.
-        if (client !== undefined) return peers.tell(conn, client.conn, new Proxy.Answer({ response: message }, true))
+        if (client !== undefined) return peers.tell(conn, client.conn, { _tag: "Answer", response: message })
         const self = ext
         const who = `extension ${self.id} of ${self.user} (conn ${conn.id})`
         if (!CONNECTION_ID.test(connectionId)) return Effect.logWarning(`router: dropped a reply from ${who} to ${shown(id)}: no connection has that id`)
@@ -324,7 +323,7 @@ export const make = Effect.gen(function*() {
             onNone: () => Effect.void,
             onSome: ({ value: p }) =>
               p.extensionConn === conn.id && p.user === self.user
-                ? Effect.sync(() => peers.tell(conn, Subjects.ConnId(p.clientConn), new Proxy.Answer({ response: message }, true)))
+                ? Effect.sync(() => peers.tell(conn, Subjects.ConnId(p.clientConn), { _tag: "Answer", response: message }))
                 : Effect.logWarning(
                   `router: dropped a reply from ${who} to ${shown(id)}: ${connectionId} is the connection of ${p.user}'s client (conn ${p.clientConn}) ` +
                     `to extension ${p.extensionId} (conn ${p.extensionConn})`
