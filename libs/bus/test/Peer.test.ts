@@ -9,6 +9,7 @@ import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Queue from "effect/Queue"
@@ -44,6 +45,8 @@ interface TestActor {
   readonly received: Array<Note>
   readonly notes: Queue.Queue<Note>
   readonly pings: Queue.Queue<Ping>
+  /** Where the asker of a `Double` of 1000 waits: that one is left for another replica to answer. */
+  readonly kept: Queue.Queue<string | undefined>
 }
 
 const openEvent = { path: "/peer", query: {}, openedAt: 0 }
@@ -64,6 +67,7 @@ const hostOn = (ctx: Context.Context<Bus | Kv | Journal>, logs: Array<string>) =
           const received: Array<Note> = []
           const notes = yield* Queue.unbounded<Note>()
           const pings = yield* Queue.unbounded<Ping>()
+          const kept = yield* Queue.unbounded<string | undefined>()
           const receive = (message: TestPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
             switch (message._tag) {
               case "Ping":
@@ -72,12 +76,13 @@ const hostOn = (ctx: Context.Context<Bus | Kv | Journal>, logs: Array<string>) =
                 received.push(message)
                 return void Queue.unsafeOffer(notes, message)
               case "Double":
+                if (message.n === 1000) return void Queue.unsafeOffer(kept, reply(message).subject)
                 return message.n < 0 ? reply(message).fail(new Refused({ why: `${message.n} is negative` })) : reply(message).succeed(message.n * 2)
               case "Silent":
                 return
             }
           }
-          const actor = { conn, received, notes, pings }
+          const actor = { conn, received, notes, pings, kept }
           const waiting = made.get(conn.id)
           if (waiting !== undefined) Deferred.unsafeDone(waiting, Effect.succeed(actor))
           return { onFrame: () => undefined, receive } satisfies Actors.Actor<never, TestPeer>
@@ -162,6 +167,24 @@ const suite = <R, E>(name: string, shared: Layer.Layer<R, E>, twoHosts: TwoHosts
           expect(nobody).toMatchObject({ _tag: "PeerUnavailable", reason: "NoResponders" })
         }))
 
+      it.scoped("a request taken over the bus can be answered from elsewhere by its reply subject, as after a hand-off", () =>
+        Effect.gen(function*() {
+          const { a, b } = yield* setup
+          const there = yield* a.open
+          const here = yield* b.open
+          const keptSubject = Effect.flatMap(deadline(Queue.take(there.kept)), (subject) =>
+            subject === undefined ? Effect.dieMessage("an ask over the bus came with no reply subject") : Effect.succeed(subject))
+          const asked = yield* Effect.fork(peers.ask(here.conn, there.conn.id, new Double({ n: 1000 })))
+          // Another replica (the adopter) rebuilds the reply from the subject alone.
+          yield* peers.replyAt(b.bus, Double, yield* keptSubject).succeed(2000)
+          expect(yield* deadline(Fiber.join(asked))).toBe(2000)
+          const refused = yield* Effect.fork(Effect.flip(peers.ask(here.conn, there.conn.id, new Double({ n: 1000 }))))
+          yield* peers.replyAt(b.bus, Double, yield* keptSubject).fail(new Refused({ why: "answered elsewhere" }))
+          const failure = yield* deadline(Fiber.join(refused))
+          expect(failure).toBeInstanceOf(Refused)
+          expect(failure).toMatchObject({ why: "answered elsewhere" })
+        }))
+
       it.scoped("a message that does not decode is logged and dropped; the actor goes on", () =>
         Effect.gen(function*() {
           const { a, b, logs } = yield* setup
@@ -188,6 +211,8 @@ const suite = <R, E>(name: string, shared: Layer.Layer<R, E>, twoHosts: TwoHosts
           yield* peers.serve(subject, (message, reply) => (message._tag === "Double" ? reply(message).succeed(message.n + 1) : undefined)).pipe(
             Effect.provideService(Bus, a.bus)
           )
+          // The server knows the subscription before the other connection asks.
+          yield* a.bus.flush
           expect(yield* deadline(peers.call(subject, new Double({ n: 1 })).pipe(Effect.provideService(Bus, b.bus)))).toBe(2)
         }))
     })
