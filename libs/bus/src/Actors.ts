@@ -21,6 +21,7 @@ import { Bus, type BusMessage, type BusShape, type Headers, text, toBytes } from
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed, type TypedBucket } from "./Kv.ts"
 import { Mailbox } from "./Mailbox.ts"
+import type * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
 
 export interface Frame {
@@ -42,7 +43,7 @@ export interface Frame {
   readonly lastEventId: string | undefined
 }
 
-export interface Connection {
+export interface Connection extends Peer.Sender {
   readonly id: Subjects.ConnId
   readonly edge: Subjects.EdgeId
   readonly open: Edge.OpenEvent
@@ -60,11 +61,19 @@ export interface Connection {
    * straight into its mailbox when it is on this replica, over the bus otherwise. `value`, when
    * given, is what `data` decodes to; a local receiver gets it back from `localValue` instead of
    * decoding `data` again.
+   *
+   * @deprecated Use a typed protocol (`Peer.protocol`: `tell`, `ask`). Kept only until the registry
+   * migrates to one, next.
    */
   readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string, value?: unknown) => void
 }
 
-/** The decoded value a local peer sent along with a message, if it did. */
+/**
+ * The decoded value a local peer sent along with a message, if it did.
+ *
+ * @deprecated With a typed protocol (`Peer.protocol`) the receiver gets the value itself. Kept
+ * until the registry migrates.
+ */
 export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
 
 /**
@@ -91,10 +100,12 @@ export interface Socket {
  * synchronously returns nothing, and the host runs no Effect for that message: most frames of a
  * busy connection are handled this way.
  */
-export interface Actor<R = never> {
+export interface Actor<R = never, M = never> {
   readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R> | void
-  /** A message from another actor (see `Connection.peer`); it may carry a reply subject. */
+  /** A message from another actor (see `Connection.peer`); it may carry a reply subject. Not called when `receive` is given. */
   readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R> | void
+  /** A message of the host's typed `protocol` from another actor, and the reply to it when it was asked. */
+  readonly receive?: (message: M, reply: Peer.ReplyTo) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
   /**
    * Its replica stops and hands the connection to another: what it keeps only in memory (requests
@@ -113,15 +124,17 @@ export class Refuse {
   ) {}
 }
 
-export interface HostOptions<R> {
+export interface HostOptions<R, M extends Peer.Message = never> {
   readonly service: Subjects.ServiceName
+  /** The typed messages this service's actors exchange (`Peer.protocol`); their `receive` gets them. */
+  readonly protocol?: Peer.Protocol<M>
   /**
    * Builds the actor of a connection. Its scope lives as long as the connection, so
    * subscriptions and timers it opens end with it. `restored` is true when this replica adopts a
    * connection from one that stopped or died: the actor rebuilds its state from KV and does not
    * greet the client again.
    */
-  readonly make: (connection: Connection, restored: boolean, handedOver?: unknown) => Effect.Effect<Actor<R>, Refuse, R | Scope.Scope>
+  readonly make: (connection: Connection, restored: boolean, handedOver?: unknown) => Effect.Effect<Actor<R, M>, Refuse, R | Scope.Scope>
   /** How often to look for connections whose edge died without saying so. */
   readonly edgeCheckInterval?: Duration.DurationInput
   /** How often a replica renews its liveness key; survivors adopt its connections once it lapses (3 intervals). */
@@ -284,6 +297,8 @@ const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.C
 /**
  * Actors address each other by their connection's subject, never by replica: a `peer` message goes
  * into the other actor's mailbox, in order with its frames.
+ *
+ * @deprecated Typed protocols (`Peer.protocol`) build their own headers. Kept until the registry migrates.
  */
 const untracedPeerHeaders = new Map<string, Headers>()
 export const peerHeaders = (kind: string, traceparent?: string): Headers => {
@@ -331,7 +346,7 @@ const deliverHeaders = (name: string, value: string, traceparent: string | undef
     : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
 
 /** Hosts the actors of one service until the scope closes. */
-export const host = <R>(options: HostOptions<R>) =>
+export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, M>) =>
   Effect.gen(function*() {
     const bus = yield* Bus
     const kv = yield* Kv
@@ -350,6 +365,7 @@ export const host = <R>(options: HostOptions<R>) =>
     const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox<R>>>()
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
+    const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) }
     const peer: Connection["peer"] = (target, kind, data, traceparent, value) => {
       const mailbox = owned.get(target)
       const headers = peerHeaders(kind, traceparent)
@@ -415,6 +431,7 @@ export const host = <R>(options: HostOptions<R>) =>
           user: event.claims?.sub,
           send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
           peer,
+          route,
           close: http
             ? (code, reason) => endActor(bus, options.service, connId, code, reason)
             : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
@@ -435,6 +452,7 @@ export const host = <R>(options: HostOptions<R>) =>
           return
         }
         const actor = made.value
+        const onPeer = options.protocol !== undefined && actor.receive !== undefined ? options.protocol.inbox(bus, actor.receive) : actor.onPeer
         if (!http) {
           let local = byEdge.get(edgeId)
           if (!local) byEdge.set(edgeId, (local = new Map()))
@@ -476,7 +494,7 @@ export const host = <R>(options: HostOptions<R>) =>
             if (m === "edge-lost") return void Deferred.unsafeDone(ended, Exit.succeed([1006, "edge lost"] as const))
             const op = m.header(Subjects.Header.op)
             if (op === "frame") return actor.onFrame(new IncomingFrame(m))
-            if (op === "peer") return actor.onPeer?.(m)
+            if (op === "peer") return onPeer?.(m)
             if (op === "closed") {
               const code = Number(m.header(Subjects.Header.code) ?? 1005)
               Deferred.unsafeDone(ended, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))

@@ -29,7 +29,7 @@ export const Header = {
   user: "sb-user",
   code: "sb-code",
   reason: "sb-reason",
-  /** What a `peer` message between actors is (e.g. `reply`, `attach`). */
+  /** What a `peer` message between actors is: the tag of a typed one (`Attach`; see `Peer.ts`), or the registry's older kinds (`fromTab`). */
   kind: "sb-kind",
   /**
    * Streamable HTTP: the edge's exchange a message belongs to (a pending POST, or an open GET

@@ -70,26 +70,34 @@ export const Member = Schema.Struct({
 })
 export type Member = typeof Member.Type
 
-/** Participant actor → topic sequencer: a join or a leave, ordered with the topic's envelopes. */
-export const Join = Member
-export const Leave = Schema.Struct({ participant: Schema.String, conn: Schema.String })
-export type Leave = typeof Leave.Type
+// --- the broker's peer protocols ---------------------------------------------------------------
 
+/** Participant actor → topic sequencer: a join (or a changed privilege), ordered with the topic's envelopes. */
+export class TopicJoin extends Schema.TaggedClass<TopicJoin>()("TopicJoin", { member: Member }) {}
+/** Participant actor → topic sequencer: the participant's socket closed. */
+export class TopicLeave extends Schema.TaggedClass<TopicLeave>()("TopicLeave", { participant: Schema.String, conn: Schema.String }) {}
 /**
- * The `kind` header of messages to a topic sequencer. The last three only pass while a stopping
- * replica hands a topic to another (see `TopicHandoff`).
+ * The new sequencer of a topic a stopping replica hands over (see `TopicHandoff`) listens from
+ * here: the old one forwards what it received before this.
  */
-export const TopicKind = {
-  envelope: "envelope",
-  join: "join",
-  leave: "leave",
-  /** The new sequencer listens from here: the old one forwards what it received before this. */
-  marker: "marker",
-  /** A join or leave the old sequencer received before the marker (`TopicForward`). */
-  forwarded: "forwarded",
-  /** The old sequencer forwarded everything: the new one handles what it received itself. */
-  forwardEnd: "forward-end"
-} as const
+export class TopicMarker extends Schema.TaggedClass<TopicMarker>()("TopicMarker", { token: Schema.String }) {}
+/** A join or leave the old sequencer received before the marker, as it came. */
+export class TopicForwarded extends Schema.TaggedClass<TopicForwarded>()("TopicForwarded", {
+  event: Schema.Union(TopicJoin, TopicLeave)
+}) {}
+/** The old sequencer forwarded everything: the new one handles what it received itself. */
+export class TopicForwardEnd extends Schema.TaggedClass<TopicForwardEnd>()("TopicForwardEnd", { token: Schema.String }) {}
+
+/** Everything on a topic's subject but its envelopes (which go through its history). */
+export const TopicEvent = Schema.Union(TopicJoin, TopicLeave, TopicMarker, TopicForwarded, TopicForwardEnd)
+export type TopicEvent = typeof TopicEvent.Type
+
+/** The admin API → a participant's actor: an admin changed its privilege (its KV record says so already). */
+export class PrivilegeChanged extends Schema.TaggedClass<PrivilegeChanged>()("PrivilegeChanged", { privilege: Privilege }) {}
+
+/** Every message to a participant's actor from elsewhere in the broker. */
+export const ParticipantPeer = Schema.Union(PrivilegeChanged)
+export type ParticipantPeer = typeof ParticipantPeer.Type
 
 /**
  * A stopping broker replica asks another (the broker's queue group) to sequence one of its topics:
@@ -111,6 +119,3 @@ export const TopicHandoffReply = Schema.Union(
   Schema.Struct({ ok: Schema.Literal(false), reason: Schema.String })
 )
 export type TopicHandoffReply = typeof TopicHandoffReply.Type
-
-/** A message the old sequencer received before the marker, as it came. */
-export const TopicForward = Schema.Struct({ kind: Schema.String, data: Schema.String })

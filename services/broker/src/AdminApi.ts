@@ -4,7 +4,7 @@
  * caller's token may see. Every privilege change is logged as an audit event.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, Journal, Kv, Subjects } from "@switchboard/bus"
+import { Bus, Journal, Kv, Peer, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Json, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -16,8 +16,8 @@ import * as BrokerConfig from "./Config.ts"
 const decodeRequest = Schema.decodeUnknownEither(Edge.HttpRequest)
 const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
 
-/** The peer message that tells a participant's actor its new privilege (see Broker.ts). */
-export const PRIVILEGE = "privilege"
+/** What participants' actors hear from the rest of the broker: this API's privilege changes (see Broker.ts). */
+export const participantPeers = Peer.protocol(Mcpx.ParticipantPeer)
 
 const respond = (status: number, body: unknown): Edge.HttpResponse => ({ status, body })
 const problem = (status: number, error: string) => respond(status, { error })
@@ -38,6 +38,7 @@ const MAX_HISTORY_PAGE = 1_000
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus
+  const toActors = Peer.outside(bus, "broker")
   const auth = yield* AuthClient.AuthClient
   const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
   const journal = yield* (yield* Journal.Journal).open(yield* BrokerConfig.history)
@@ -63,7 +64,7 @@ export const make = Effect.gen(function*() {
       for (const { key, value } of found) {
         yield* members.put(key, { ...value, privilege: next, assigned: true })
         // The actor (on whichever replica) applies it and tells the participant.
-        bus.unsafePublish(Subjects.conn("broker", Subjects.ConnId(value.conn)), next, Actors.peerHeaders(PRIVILEGE))
+        participantPeers.tell(toActors, Subjects.ConnId(value.conn), new Mcpx.PrivilegeChanged({ privilege: next }))
       }
       const at = new Date().toISOString()
       const topics = found.map(({ value }) => value.topic)

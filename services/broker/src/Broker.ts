@@ -7,7 +7,7 @@
  * reach it on the topic's subject. A sequencer that takes over replays the history from the last
  * sequence its predecessor recorded, so an envelope stored while nobody sequenced is not lost.
  */
-import { Actors, Bus, Journal, Kv, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Journal, Kv, Peer, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Json, JsonRpc, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import { SpanKind } from "@opentelemetry/api"
@@ -32,11 +32,10 @@ import * as BrokerConfig from "./Config.ts"
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
 const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
-const joinCodec = Json.codec(Mcpx.Join)
-const leaveCodec = Json.codec(Mcpx.Leave)
+/** What reaches a topic's sequencer on its subject, besides the history. */
+const topicEvents = Peer.protocol(Mcpx.TopicEvent)
 const handoffCodec = Json.codec(Mcpx.TopicHandoff)
 const handoffReplyCodec = Json.codec(Mcpx.TopicHandoffReply)
-const forwardCodec = Json.codec(Mcpx.TopicForward)
 
 const now = () => new Date().toISOString()
 const isRecord = JsonRpc.isRecord
@@ -150,8 +149,14 @@ export const make = Effect.gen(function*() {
   const fibers = yield* FiberSet.make()
   const run = yield* FiberSet.runtime(fibers)<never>()
 
-  const toTopic = (topic: string, kind: string, data: string, traceparent?: string) =>
-    bus.unsafePublish(Subjects.topic(topic), data, Actors.peerHeaders(kind, traceparent))
+  const toTopic = (topic: string, event: Peer.Tell<Mcpx.TopicEvent>, traceparent?: string) =>
+    topicEvents.publish(bus, Subjects.topic(topic), event, traceparent)
+  /** A message on a topic's subject, typed; one that does not decode is logged and dropped. */
+  const topicEvent = (message: Bus.BusMessage): Mcpx.TopicEvent | undefined => {
+    const event = topicEvents.decode(message)
+    if (Either.isRight(event)) return event.right
+    run(Effect.logWarning(`dropped a message on ${message.subject}: ${event.left}`))
+  }
   const { tracer } = yield* Telemetry.Tracing
 
   // --- the sequencer of a topic ------------------------------------------------------------
@@ -206,14 +211,15 @@ export const make = Effect.gen(function*() {
 
   const onTopicMessage = (topic: Topic) => {
     const handle = onTopicEvent(topic)
-    return (message: Bus.BusMessage) => handle(message.header(Subjects.Header.kind), Bus.text(message))
+    return (message: Bus.BusMessage) => {
+      const event = topicEvent(message)
+      if (event?._tag === "TopicJoin" || event?._tag === "TopicLeave") handle(event)
+    }
   }
 
-  const onTopicEvent = (topic: Topic) => (kind: string | undefined, body: string) => {
-    if (kind === Mcpx.TopicKind.join) {
-      const join = joinCodec.decode(body)
-      if (Either.isLeft(join)) return
-      const m = join.right
+  const onTopicEvent = (topic: Topic) => (event: Mcpx.TopicJoin | Mcpx.TopicLeave) => {
+    if (event._tag === "TopicJoin") {
+      const m = event.member
       if (topic.idle !== undefined) {
         topic.idle.unsafeInterruptAsFork(FiberId.none)
         topic.idle = undefined
@@ -233,16 +239,12 @@ export const make = Effect.gen(function*() {
       if (previous === undefined) fanOut(topic, gateway("presence", { event: "join", participant }), m.participant)
       return
     }
-    if (kind === Mcpx.TopicKind.leave) {
-      const leave = leaveCodec.decode(body)
-      if (Either.isLeft(leave)) return
-      const m = topic.members.get(leave.right.participant)
-      if (m === undefined || m.conn !== leave.right.conn) return // a replaced socket leaving
-      topic.members.delete(m.participant)
-      topic.everyone = undefined
-      fanOut(topic, gateway("presence", { event: "leave", participant: { id: m.participant, privilege: m.privilege } }))
-      idleWhenEmpty(topic)
-    }
+    const m = topic.members.get(event.participant)
+    if (m === undefined || m.conn !== event.conn) return // a replaced socket leaving
+    topic.members.delete(m.participant)
+    topic.everyone = undefined
+    fanOut(topic, gateway("presence", { event: "leave", participant: { id: m.participant, privilege: m.privilege } }))
+    idleWhenEmpty(topic)
   }
 
   // --- letting go of a topic nobody is in ----------------------------------------------------
@@ -259,8 +261,8 @@ export const make = Effect.gen(function*() {
 
   /** Passes a message on to the topic's new owner, as it came. */
   const handOn = (topic: Topic, message: Bus.BusMessage) => {
-    const kind = message.header(Subjects.Header.kind)
-    if (kind !== undefined) bus.unsafePublish(Subjects.topic(topic.name), message.data, Actors.peerHeaders(kind, message.header(Subjects.Header.traceparent)))
+    const event = topicEvent(message)
+    if (event !== undefined) toTopic(topic.name, event, message.header(Subjects.Header.traceparent))
   }
 
   const releaseEnded = (topic: Topic) => {
@@ -483,9 +485,10 @@ export const make = Effect.gen(function*() {
   // do (`beforeHandoff`): a handed-over participant joins a sequencer that stays.
 
   const onTransferMessage = (topic: Topic, transfer: Transfer, message: Bus.BusMessage) => {
-    const kind = message.header(Subjects.Header.kind)
-    if (kind === Mcpx.TopicKind.marker) {
-      if (Bus.text(message) === transfer.token) {
+    const event = topicEvent(message)
+    if (event === undefined) return
+    if (event._tag === "TopicMarker") {
+      if (event.token === transfer.token) {
         transfer.marked = true
         Deferred.unsafeDone(transfer.markerReached, Exit.void)
       }
@@ -493,13 +496,9 @@ export const make = Effect.gen(function*() {
     }
     if (topic.phase === "transferring") return void (transfer.marked ? transfer.after : topic.held).push(message)
     // Receiving: the old sequencer's share comes forwarded, before the end of it.
-    if (kind === Mcpx.TopicKind.forwarded) {
-      const forwarded = forwardCodec.decode(Bus.text(message))
-      if (Either.isRight(forwarded)) onTopicEvent(topic)(forwarded.right.kind, forwarded.right.data)
-      return
-    }
-    if (kind === Mcpx.TopicKind.forwardEnd) {
-      if (Bus.text(message) === transfer.token) run(resume(topic))
+    if (event._tag === "TopicForwarded") return onTopicEvent(topic)(event.event)
+    if (event._tag === "TopicForwardEnd") {
+      if (event.token === transfer.token) run(resume(topic))
       return
     }
     // Before the marker, it reached the old sequencer too, which forwards it.
@@ -539,10 +538,10 @@ export const make = Effect.gen(function*() {
       yield* Deferred.await(transfer.markerReached).pipe(Effect.timeout(TRANSFER_TIMEOUT), Effect.ignore)
       yield* Scope.close(topic.subscription, Exit.void)
       for (const m of topic.held.splice(0)) {
-        const kind = m.header(Subjects.Header.kind)
-        if (kind !== undefined) toTopic(topic.name, Mcpx.TopicKind.forwarded, forwardCodec.encode({ kind, data: Bus.text(m) }))
+        const event = topicEvent(m)
+        if (event?._tag === "TopicJoin" || event?._tag === "TopicLeave") toTopic(topic.name, new Mcpx.TopicForwarded({ event }))
       }
-      toTopic(topic.name, Mcpx.TopicKind.forwardEnd, transfer.token)
+      toTopic(topic.name, new Mcpx.TopicForwardEnd({ token: transfer.token }))
       topic.phase = "handing-on"
       topic.heldEntries.length = 0
       if (sequenced.get(topic.name) === topic) sequenced.delete(topic.name)
@@ -582,7 +581,7 @@ export const make = Effect.gen(function*() {
       return yield* Effect.gen(function*() {
         yield* bus.subscribe(Subjects.topic(topic), dispatch(state)).pipe(Scope.extend(subscription))
         yield* bus.flush
-        toTopic(topic, Mcpx.TopicKind.marker, request.token)
+        toTopic(topic, new Mcpx.TopicMarker({ token: request.token }))
         const key = Subjects.Key.topic(topic)
         const current = yield* claims.get(key)
         if (Option.isNone(current) || decoder.decode(current.value.value) !== request.from) {
@@ -702,7 +701,7 @@ export const make = Effect.gen(function*() {
         link.close(Subjects.EdgeId(saved.value.value.edge), Subjects.ConnId(saved.value.value.conn), CloseCode.Normal, "replaced")
       }
       yield* members.put(Subjects.Key.member(topic, id), member).pipe(Effect.orDie)
-      toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))
+      toTopic(topic, new Mcpx.TopicJoin({ member }))
 
       const refuse = (code: Mcpx.ErrorCode, reason: string, correlation?: string) =>
         conn.send(gateway("system", { event: "error", code, reason }, { to: [id], ...(correlation === undefined ? {} : { correlation_id: correlation }) }))
@@ -780,28 +779,28 @@ export const make = Effect.gen(function*() {
 
       const onClosed = () =>
         Effect.gen(function*() {
-          toTopic(topic, Mcpx.TopicKind.leave, leaveCodec.encode({ participant: id, conn: conn.id }))
+          toTopic(topic, new Mcpx.TopicLeave({ participant: id, conn: conn.id }))
           const current = yield* members.get(Subjects.Key.member(topic, id))
           if (Option.isSome(current) && current.value.value.conn === conn.id) yield* members.delete(Subjects.Key.member(topic, id))
         }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not forget ${id}'s membership of topic ${topic}`, e)))
 
       /** An admin changed this participant's privilege (the KV record is already updated). */
-      const onPeer = (message: Bus.BusMessage) => {
-        if (message.header(Subjects.Header.kind) !== AdminApi.PRIVILEGE) return
-        const next = Bus.text(message) === "full" ? "full" : "restricted"
+      const receive = (message: Mcpx.ParticipantPeer) => {
+        const next = message.privilege
         privilege = next
         member = { ...member, privilege: next, assigned: true }
-        toTopic(topic, Mcpx.TopicKind.join, joinCodec.encode(member))
+        toTopic(topic, new Mcpx.TopicJoin({ member }))
         conn.send(gateway("system", { event: "privilege", participant: { id, privilege: next } }, { to: [id] }))
       }
 
-      return { onFrame, onPeer, onClosed } satisfies Actors.Actor
+      return { onFrame, receive, onClosed } satisfies Actors.Actor<never, Mcpx.ParticipantPeer>
     })
 
   yield* Actors.host({
     service: "broker",
     replica,
     replicaHeartbeat: config.replicaHeartbeat,
+    protocol: AdminApi.participantPeers,
     make: participantActor,
     beforeHandoff: handTopicsOn
   })

@@ -4,12 +4,11 @@
  * takes it, on behalf of the user's most recently connected extension (or the next, if that one's
  * session is gone).
  */
-import { Bus, Subjects } from "@switchboard/bus"
-import { Json, JsonRpc, Proxy } from "@switchboard/protocol"
+import { Peer, Subjects } from "@switchboard/bus"
+import { JsonRpc, Proxy } from "@switchboard/protocol"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 
 /** The request got no result: the extension's JSON-RPC error, or why nobody could answer (-32000). */
 export class InternalError extends Data.TaggedError("InternalError")<{
@@ -26,8 +25,8 @@ export interface RequestOptions {
   readonly timeout?: Duration.DurationInput
 }
 
-const requestCodec = Json.codec(Proxy.InternalRequest)
-const replyCodec = Json.codec(Proxy.InternalReply)
+/** The router's peer protocol; `router.internal` serves its `InternalRequest`. */
+const peers = Peer.protocol(Proxy.RouterPeer)
 
 /** Runs `method` with `params` on the user's most recently connected extension; its `result` on success. */
 export const request = Effect.fn("InternalClient.request")(function*(
@@ -36,24 +35,22 @@ export const request = Effect.fn("InternalClient.request")(function*(
   params?: Readonly<Record<string, unknown>>,
   options?: RequestOptions
 ) {
-  const bus = yield* Bus.Bus
-  const body = requestCodec.encode(params === undefined ? { user, method } : { user, method, params })
-  const answer = yield* bus.request(Subjects.routerInternal, body, { timeout: options?.timeout ?? "30 seconds" }).pipe(
-    Effect.mapError((e) => {
-      switch (e._tag) {
-        case "NoResponders":
-          return new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: "The router is unavailable: no router replica is running", cause: e })
-        case "RequestTimeout":
-          return new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: `The router did not answer within ${Duration.format(e.timeout)}`, cause: e })
-        case "BusError":
-          return new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: `The router is unreachable: ${e.message}`, cause: e })
+  const asked = new Proxy.InternalRequest(params === undefined ? { user, method } : { user, method, params })
+  return yield* peers.call(Subjects.routerInternal, asked, { timeout: options?.timeout ?? "30 seconds" }).pipe(
+    Effect.catchTags({
+      InternalFailure: (e) => new InternalError({ code: e.code, message: e.message }),
+      PeerTimeout: (e) =>
+        new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: `The router did not answer within ${Duration.format(e.timeout)}`, cause: e }),
+      PeerUnavailable: (e) => {
+        switch (e.reason) {
+          case "NoResponders":
+            return new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: "The router is unavailable: no router replica is running", cause: e })
+          case "Bus":
+            return new InternalError({ code: JsonRpc.ErrorCode.ServerError, message: `The router is unreachable: ${e.cause instanceof Error ? e.cause.message : String(e.cause)}`, cause: e })
+          case "Malformed":
+            return new InternalError({ code: JsonRpc.ErrorCode.InternalError, message: "Internal error: malformed reply from the router", cause: e })
+        }
       }
     })
   )
-  const reply = replyCodec.decode(Bus.text(answer))
-  if (Either.isLeft(reply)) {
-    return yield* new InternalError({ code: JsonRpc.ErrorCode.InternalError, message: "Internal error: malformed reply from the router", cause: reply.left })
-  }
-  if (!reply.right.ok) return yield* new InternalError({ code: reply.right.code, message: reply.right.message })
-  return reply.right.result
 })

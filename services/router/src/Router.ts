@@ -7,7 +7,7 @@
  * extension's actor then asks it as the proxy itself, with `proxy:` ids, and owns those requests.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, ConnectionLimit, Kv, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -28,13 +28,8 @@ const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
 
-const attachCodec = Json.codec(Proxy.Attach)
-const attachReplyCodec = Json.codec(Proxy.AttachReply)
-const detachCodec = Json.codec(Proxy.Detach)
-const goneCodec = Json.codec(Proxy.ExtensionGone)
-const statusCodec = Json.codec(Proxy.PeerStatus)
-const internalRequestCodec = Json.codec(Proxy.InternalRequest)
-const internalReplyCodec = Json.codec(Proxy.InternalReply)
+/** What the router's actors, and other services through `router.internal`, say to its actors. */
+const peers = Peer.protocol(Proxy.RouterPeer)
 const decodeErrorObject = Schema.decodeUnknownEither(JsonRpc.ErrorObject)
 const decodeAuthResult = Schema.decodeUnknownEither(Proxy.AuthenticateResult)
 const decodeHandshake = Schema.decodeUnknownEither(Proxy.HandshakeParams)
@@ -69,7 +64,7 @@ const AUTH_REQUEST_ID = "proxy:1"
 const AUTH_REQUEST = JSON.stringify({ jsonrpc: "2.0", id: AUTH_REQUEST_ID, method: "authenticate", params: {} })
 /** Ids of the requests the proxy itself sends to an extension; clients may never use them. */
 const PROXY_ID_PREFIX = "proxy:"
-const refused = (code: number, message: string): Proxy.InternalReply => ({ ok: false, code, message })
+const refused = (code: number, message: string) => new Proxy.InternalFailure({ code, message })
 /** Close codes whose reason tells a client why its extension went away. */
 const GIVEN_REASONS: ReadonlySet<number> = new Set([
   CloseCode.ProtocolError,
@@ -154,7 +149,7 @@ export const make = Effect.gen(function*() {
 
   const decodeHandoff = Schema.decodeUnknownOption(Proxy.HandoffState)
   /** Where an internal request's answer goes, for one handed over from another replica. */
-  const replyTo = (reply: string): Bus.BusMessage => ({ subject: reply, data: new Uint8Array(0), reply, header: () => undefined })
+  const replyTo = (subject: string) => peers.replyAt(bus, Proxy.InternalRequest, subject)
 
   const extensionActor = (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
@@ -162,9 +157,9 @@ export const make = Effect.gen(function*() {
       let ext: Proxy.ExtensionRecord | undefined
       /** Proxy connections attached to this extension: connection id → the client's socket. */
       const attached = new Map<string, { readonly conn: Subjects.ConnId }>()
-      /** Internal requests sent to the extension: `proxy:` id → the bus request to answer. */
-      const internal = yield* TimedMap.make<string, Bus.BusMessage>(internalMillis, (_, message) =>
-        runFork(answerInternal(message, refused(ErrorCode.ServerError, internalTimedOut))), inFlight)
+      /** Internal requests sent to the extension: `proxy:` id → the asker's reply. */
+      const internal = yield* TimedMap.make<string, Peer.Reply<Proxy.InternalRequest>>(internalMillis, (_, reply) =>
+        runFork(reply.fail(refused(ErrorCode.ServerError, internalTimedOut))), inFlight)
       const handed = decodeHandoff(handedOver)
       if (Option.isSome(handed) && handed.value.role === "extension") {
         for (const { id, reply } of handed.value.internal) internal.set(id, replyTo(reply))
@@ -174,7 +169,7 @@ export const make = Effect.gen(function*() {
       const announce = () => {
         conn.send(status(true, attached.size))
         for (const [connectionId, client] of attached) {
-          conn.peer(client.conn, Proxy.PeerKind.status, statusCodec.encode({ connectionId, peerCount: attached.size }))
+          peers.tell(conn, client.conn, new Proxy.PeerStatus({ connectionId, peerCount: attached.size }))
         }
       }
 
@@ -264,21 +259,14 @@ export const make = Effect.gen(function*() {
           return Option.match(existing, { onNone: () => fresh, onSome: (e) => decoder.decode(e.value) })
         })
 
-      const answerInternal = (message: Bus.BusMessage, reply: Proxy.InternalReply) =>
-        bus.respond(message, internalReplyCodec.encode(reply)).pipe(warnIfFails("could not answer an internal request"))
-
       /** Asks the extension on behalf of another service; the answer comes back through `settle`. */
-      const askInternal = (message: Bus.BusMessage, body: string) => {
-        const request = internalRequestCodec.decode(body)
-        if (Either.isLeft(request)) return answerInternal(message, refused(ErrorCode.InvalidRequest, "Invalid Request: malformed internal request"))
-        if (ext === undefined) return answerInternal(message, refused(ErrorCode.ServerError, "Not authenticated: the extension has not answered authenticate"))
+      const askInternal = (request: Proxy.InternalRequest, reply: Peer.Reply<Proxy.InternalRequest>) => {
+        if (ext === undefined) return reply.fail(refused(ErrorCode.ServerError, "Not authenticated: the extension has not answered authenticate"))
         // The record the router looked up may be stale: answer only for the extension's own user.
-        if (request.right.user !== ext.user) {
-          return answerInternal(message, refused(ErrorCode.ServerError, "No browser extension is connected for this user"))
-        }
-        const { method, params } = request.right
+        if (request.user !== ext.user) return reply.fail(refused(ErrorCode.ServerError, "No browser extension is connected for this user"))
+        const { method, params } = request
         const id = `${PROXY_ID_PREFIX}${randomUUID()}`
-        internal.set(id, message)
+        internal.set(id, reply)
         conn.send(JSON.stringify(params === undefined ? { jsonrpc: "2.0", id, method } : { jsonrpc: "2.0", id, method, params }))
         return Effect.void
       }
@@ -288,18 +276,14 @@ export const make = Effect.gen(function*() {
         const asked = internal.get(id)
         if (asked === undefined) return
         internal.delete(id)
-        let reply: Proxy.InternalReply
-        if ("result" in response) {
-          reply = { ok: true, result: response["result"] }
-        } else if ("error" in response) {
-          const error = decodeErrorObject(response["error"])
-          reply = Either.isRight(error)
+        if ("result" in response) return asked.succeed(response["result"])
+        if (!("error" in response)) return asked.fail(refused(ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error"))
+        const error = decodeErrorObject(response["error"])
+        return asked.fail(
+          Either.isRight(error)
             ? refused(error.right.code, error.right.message)
             : refused(ErrorCode.InternalError, "Internal error: the extension answered with a malformed error")
-        } else {
-          reply = refused(ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
-        }
-        return answerInternal(asked, reply)
+        )
       }
 
       const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
@@ -327,7 +311,7 @@ export const make = Effect.gen(function*() {
         const colon = id.indexOf(":")
         const connectionId = colon < 0 ? id : id.slice(0, colon)
         const client = attached.get(connectionId)
-        if (client !== undefined) return conn.peer(client.conn, Proxy.PeerKind.reply, frame.data, undefined, message)
+        if (client !== undefined) return peers.tell(conn, client.conn, { _tag: "Answer", response: message })
         const self = ext
         const who = `extension ${self.id} of ${self.user} (conn ${conn.id})`
         if (!CONNECTION_ID.test(connectionId)) return Effect.logWarning(`router: dropped a reply from ${who} to ${shown(id)}: no connection has that id`)
@@ -339,7 +323,7 @@ export const make = Effect.gen(function*() {
             onNone: () => Effect.void,
             onSome: ({ value: p }) =>
               p.extensionConn === conn.id && p.user === self.user
-                ? Effect.sync(() => conn.peer(Subjects.ConnId(p.clientConn), Proxy.PeerKind.reply, frame.data))
+                ? Effect.sync(() => peers.tell(conn, Subjects.ConnId(p.clientConn), { _tag: "Answer", response: message }))
                 : Effect.logWarning(
                   `router: dropped a reply from ${who} to ${shown(id)}: ${connectionId} is the connection of ${p.user}'s client (conn ${p.clientConn}) ` +
                     `to extension ${p.extensionId} (conn ${p.extensionConn})`
@@ -349,25 +333,23 @@ export const make = Effect.gen(function*() {
         )
       }
 
-      const onPeer = (message: Bus.BusMessage) =>
-        Effect.gen(function*() {
-          const kind = message.header(Subjects.Header.kind)
-          const body = Bus.text(message)
-          if (kind === Proxy.PeerKind.attach) {
-            const request = attachCodec.decode(body)
-            const reply: Proxy.AttachReply = Either.isLeft(request) || ext === undefined || request.right.user !== ext.user
-              ? { ok: false, reason: "Extension not found or not accessible" }
-              : (attached.set(request.right.connectionId, { conn: Subjects.ConnId(request.right.clientConn) }),
-                { ok: true, name: ext.name, peerCount: attached.size })
-            yield* bus.respond(message, attachReplyCodec.encode(reply)).pipe(warnIfFails("could not answer an attach request"))
-            if (reply.ok) announce()
-          } else if (kind === Proxy.PeerKind.detach) {
-            const detach = detachCodec.decode(body)
-            if (Either.isRight(detach) && attached.delete(detach.right.connectionId)) announce()
-          } else if (kind === Proxy.PeerKind.internal) {
-            yield* askInternal(message, body)
+      const receive = (message: Proxy.RouterPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
+        switch (message._tag) {
+          case "Attach": {
+            if (ext === undefined || message.user !== ext.user) {
+              return reply(message).fail(new Proxy.AttachRefused({ reason: "Extension not found or not accessible" }))
+            }
+            attached.set(message.connectionId, { conn: Subjects.ConnId(message.clientConn) })
+            const answered = reply(message).succeed({ name: ext.name, peerCount: attached.size })
+            return Effect.zipRight(answered, Effect.sync(announce))
           }
-        })
+          case "Detach":
+            if (attached.delete(message.connectionId)) announce()
+            return
+          case "InternalRequest":
+            return askInternal(message, reply(message))
+        }
+      }
 
       const onClosed = (code: number, reason: string) =>
         Effect.gen(function*() {
@@ -380,11 +362,9 @@ export const make = Effect.gen(function*() {
             : "Extension closed"
           const unanswered = [...internal.values()]
           internal.clear()
-          yield* Effect.forEach(unanswered, (message) => answerInternal(message, refused(ErrorCode.ServerError, "Extension disconnected")), {
-            discard: true
-          })
+          yield* Effect.forEach(unanswered, (reply) => reply.fail(refused(ErrorCode.ServerError, "Extension disconnected")), { discard: true })
           for (const [connectionId, client] of attached) {
-            conn.peer(client.conn, Proxy.PeerKind.gone, goneCodec.encode({ connectionId, reason: why }))
+            peers.tell(conn, client.conn, new Proxy.ExtensionGone({ connectionId, reason: why }))
           }
           attached.clear()
           yield* forget(conn)
@@ -397,10 +377,11 @@ export const make = Effect.gen(function*() {
 
       const onHandoff = (): Proxy.HandoffState => ({
         role: "extension",
-        internal: [...internal.entries()].flatMap(([id, m]) => (m.reply === undefined ? [] : [{ id, reply: m.reply }]))
+        // An asker on this replica cannot follow the request to another; it times out instead.
+        internal: [...internal.entries()].flatMap(([id, r]) => (r.subject === undefined ? [] : [{ id, reply: r.subject }]))
       })
 
-      return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
+      return { onFrame, receive, onClosed, onHandoff } satisfies Actors.Actor<never, Proxy.RouterPeer>
     })
 
   // --- the MCP client's actor --------------------------------------------------------------
@@ -525,19 +506,20 @@ export const make = Effect.gen(function*() {
           if (Option.isNone(record)) return notFound()
           const ext = record.value.value
           const connectionId = `conn-${randomUUID()}`
-          const answer = yield* bus
-            .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), attachCodec.encode({ connectionId, user: owner, clientConn: conn.id }), {
-              headers: Actors.peerHeaders(Proxy.PeerKind.attach),
-              timeout: "5 seconds"
-            })
-            .pipe(Effect.map((m) => attachReplyCodec.decode(Bus.text(m))), Effect.either)
-          // No responders: a record a crash left behind, which is as good as not found. Anything
-          // else means a live extension's actor could not be reached, which is worth knowing.
-          if (Either.isLeft(answer) && answer.left._tag !== "NoResponders") {
-            yield* Effect.logWarning(`router: extension ${extensionId} of ${owner} did not answer attach`, answer.left)
+          const answer = yield* peers
+            .ask(conn, Subjects.ConnId(ext.conn), new Proxy.Attach({ connectionId, user: owner, clientConn: conn.id }), { timeout: "5 seconds" })
+            .pipe(Effect.either)
+          // Nobody listens: a record a crash left behind, which is as good as not found. A refusal
+          // is not found either. Anything else means a live extension's actor could not be
+          // reached, which is worth knowing.
+          if (Either.isLeft(answer)) {
+            const why = answer.left
+            if (why._tag !== "AttachRefused" && !(why._tag === "PeerUnavailable" && why.reason === "NoResponders")) {
+              yield* Effect.logWarning(`router: extension ${extensionId} of ${owner} did not answer attach`, why)
+            }
+            return notFound()
           }
-          if (Either.isLeft(answer) || Either.isLeft(answer.right) || !answer.right.right.ok) return notFound()
-          const attached = answer.right.right
+          const attached = answer.right
           session = {
             connectionId,
             extensionId,
@@ -571,7 +553,7 @@ export const make = Effect.gen(function*() {
 
       const detach = (connectionId: string, extConn: Subjects.ConnId) =>
         Effect.suspend(() => {
-          conn.peer(extConn, Proxy.PeerKind.detach, detachCodec.encode({ connectionId }))
+          peers.tell(conn, extConn, new Proxy.Detach({ connectionId }))
           return proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(warnIfFails(`could not remove the record of ${connectionId}`))
         })
 
@@ -637,13 +619,9 @@ export const make = Effect.gen(function*() {
       }
 
       /** The extension's answer, as the extension's actor passed it on. */
-      const onReply = (message: Bus.BusMessage): Effect.Effect<void> | void => {
-        // The extension's actor parsed it already when it lives here too.
-        const local = Actors.localValue(message)
-        const parsed = local === undefined ? parse(Bus.text(message)) : Either.right(local)
-        if (Either.isLeft(parsed) || !isRecord(parsed.right) || typeof parsed.right["id"] !== "string") return
-        const response = parsed.right
-        const mapped = response["id"] as string
+      const onAnswer = ({ response }: Proxy.Answer): Effect.Effect<void> | void => {
+        const mapped = response["id"]
+        if (typeof mapped !== "string") return
         const p = pending.get(mapped)
         if (p === undefined) return // late: timed out, or the client disconnected since
         pending.delete(mapped)
@@ -669,26 +647,20 @@ export const make = Effect.gen(function*() {
         )
       }
 
-      const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
-        const kind = message.header(Subjects.Header.kind)
-        if (kind === Proxy.PeerKind.reply) return onReply(message)
-        return Effect.suspend((): Effect.Effect<void> => {
-          const body = Bus.text(message)
-          if (kind === Proxy.PeerKind.gone) {
-            const gone = goneCodec.decode(body)
-            if (Either.isRight(gone) && session?.connectionId === gone.right.connectionId) {
-              endSession(gone.right.reason, true)
-              if (user !== undefined) return remember(conn, { role: "client", user })
-            }
-          } else if (kind === Proxy.PeerKind.status) {
-            const update = statusCodec.decode(body)
-            if (Either.isRight(update) && session?.connectionId === update.right.connectionId) {
-              session.peerCount = update.right.peerCount
-              send(status(true, session.peerCount))
-            }
-          }
-          return Effect.void
-        })
+      const receive = (message: Proxy.RouterPeer): Effect.Effect<void> | void => {
+        switch (message._tag) {
+          case "Answer":
+            return onAnswer(message)
+          case "ExtensionGone":
+            if (session?.connectionId !== message.connectionId) return
+            endSession(message.reason, true)
+            if (user !== undefined) return remember(conn, { role: "client", user })
+            return
+          case "PeerStatus":
+            if (session?.connectionId !== message.connectionId) return
+            session.peerCount = message.peerCount
+            return send(status(true, session.peerCount))
+        }
       }
 
       const onClosed = () =>
@@ -705,29 +677,33 @@ export const make = Effect.gen(function*() {
       })
 
       yield* keepalive(yield* Effect.scope, () => send(status(session !== undefined, session?.peerCount ?? 0)))
-      return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
+      return { onFrame, receive, onClosed, onHandoff } satisfies Actors.Actor<never, Proxy.RouterPeer>
     })
 
   // --- the internal client: other services' requests to a user's extension -----------------
 
-  /** One extension's actor asked; `undefined` when its session is gone (a record a crash left behind). */
+  /** Internal requests go over the bus even to an actor of this replica: their reply subject survives a hand-off. */
+  const outside = Peer.outside(bus, "router")
+
+  /** One extension's actor asked; none when its session is gone (a record a crash left behind). */
   const askExtension = (ext: Proxy.ExtensionRecord, request: Proxy.InternalRequest) =>
-    bus
-      .request(Subjects.conn("router", Subjects.ConnId(ext.conn)), internalRequestCodec.encode(request), {
-        headers: Actors.peerHeaders(Proxy.PeerKind.internal),
-        // The actor times the extension out itself; this only catches an actor that is gone.
-        timeout: Duration.sum(config.internalTimeout, Duration.seconds(1))
+    peers.ask(outside, Subjects.ConnId(ext.conn), request, {
+      // The actor times the extension out itself; this only catches an actor that is gone.
+      timeout: Duration.sum(config.internalTimeout, Duration.seconds(1))
+    }).pipe(
+      Effect.map(Option.some),
+      Effect.catchTags({
+        PeerUnavailable: (e) =>
+          e.reason === "NoResponders"
+            ? Effect.succeed(Option.none())
+            : Effect.fail(
+              e.reason === "Malformed"
+                ? refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
+                : refused(ErrorCode.ServerError, `The extension did not answer: ${e.message}`)
+            ),
+        PeerTimeout: (e) => Effect.fail(refused(ErrorCode.ServerError, `The extension did not answer: no reply within ${Duration.format(e.timeout)}`))
       })
-      .pipe(
-        Effect.map((answer) => {
-          const reply = internalReplyCodec.decode(Bus.text(answer))
-          return Either.isRight(reply) ? reply.right : refused(ErrorCode.InternalError, "Internal error: malformed reply from the extension's session")
-        }),
-        Effect.catchTag("NoResponders", () => Effect.succeed(undefined)),
-        Effect.catchAll((e) =>
-          Effect.succeed(refused(ErrorCode.ServerError, `The extension did not answer: ${e._tag === "RequestTimeout" ? `no reply within ${Duration.format(e.timeout)}` : e.message}`))
-        )
-      )
+    )
 
   /** The user's most recently connected extension answers, or the next one if its session is gone. */
   const internalRequest = (request: Proxy.InternalRequest) =>
@@ -735,35 +711,28 @@ export const make = Effect.gen(function*() {
       const found = yield* Effect.either(extensions.values(Subjects.Key.userExtensions(request.user)))
       if (Either.isLeft(found)) {
         yield* Effect.logWarning(`router: could not look up the extensions of ${request.user} for an internal request`, found.left)
-        return refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
+        return yield* refused(ErrorCode.InternalError, "Internal error: could not look up the user's extensions")
       }
       const newestFirst = found.right.map(({ value }) => value).sort((a, b) => b.connectedAt - a.connectedAt)
       for (const ext of newestFirst) {
-        const reply = yield* askExtension(ext, request)
-        if (reply !== undefined) return reply
+        const answer = yield* askExtension(ext, request)
+        if (Option.isSome(answer)) return answer.value
       }
-      return refused(ErrorCode.ServerError, "No browser extension is connected for this user")
+      return yield* refused(ErrorCode.ServerError, "No browser extension is connected for this user")
     })
 
-  yield* bus.subscribe(
+  yield* peers.serve(
     Subjects.routerInternal,
-    (message) => {
-      const request = internalRequestCodec.decode(Bus.text(message))
-      const reply = Either.isLeft(request)
-        ? Effect.succeed(refused(ErrorCode.InvalidRequest, "Invalid Request: expected {user, method, params?}"))
-        : internalRequest(request.right)
-      runFork(
-        reply.pipe(
-          Effect.flatMap((r) => bus.respond(message, internalReplyCodec.encode(r))),
-          Effect.catchAll((e) => Effect.logWarning("router: could not answer an internal request", e))
-        )
-      )
+    (message, reply) => {
+      if (message._tag !== "InternalRequest") return Effect.logWarning(`router: ignored a ${message._tag} on ${Subjects.routerInternal}`)
+      return Effect.flatMap(Effect.exit(internalRequest(message)), reply(message).complete)
     },
     { queue: Subjects.Queue.service("router") }
   )
 
   yield* Actors.host({
     service: "router",
+    protocol: peers,
     replicaHeartbeat: config.replicaHeartbeat,
     shutdownGrace: config.shutdownGrace,
     make: (conn, restored, handedOver) =>
