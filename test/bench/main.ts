@@ -86,35 +86,25 @@ const replyCounter = () => {
 }
 
 /**
- * A full proxied round trip: the extension on `extensionUrl`, the MCP clients on `mcpUrl`. With
- * `plainUrl`, the throughput at 50×10 is measured once more against the plain echo there, in pairs.
+ * A full proxied round trip: the extension on `extensionUrl`, the MCP clients on `mcpUrl`. Returns
+ * the lines and the load, for pairs against another target.
  */
 const proxyTarget = (
   name: string,
   processes: Pick<Target, "server" | "apart">,
   extensionUrl: string,
   mcpUrl: string,
-  token: string,
-  plainUrl?: string
+  token: string
 ) =>
   Effect.gen(function*() {
     const { extensionId } = yield* benchExtension(extensionUrl, token)
     const replies = replyCounter()
     const load = { url: mcpUrl, setup: mcpSession(token, extensionId), isReply: replies.isReply }
     const lines = yield* measure("proxy", { name, ...processes, load })
-    if (plainUrl !== undefined) {
-      yield* paired({
-        suite: "proxy",
-        target: name,
-        measure: "msgs_per_s_over_plain_50x10_paired",
-        plainUrl,
-        load,
-        shape: { clients: 50, inFlight: 10 },
-        ratio: (target, plain) => target.msgsPerSec / plain.msgsPerSec
-      })
+    const warnErrors = () => {
+      if (replies.errors() > 0) console.error(`warning: ${name} answered ${replies.errors()} requests with an error; its throughput is not comparable`)
     }
-    if (replies.errors() > 0) console.error(`warning: ${name} answered ${replies.errors()} requests with an error; its throughput is not comparable`)
-    return lines
+    return { lines, load, warnErrors }
   })
 
 const proxySuite = Effect.scoped(Effect.gen(function*() {
@@ -126,16 +116,39 @@ const proxySuite = Effect.scoped(Effect.gen(function*() {
   const plain = measure("proxy", { name: "plain-ws-echo", server: [plainServer], load: { url: plainUrl } })
   const naive = Effect.scoped(
     Effect.flatMap(startServer("naive-relay"), (s) =>
-      proxyTarget("naive-relay", { server: [s] }, wsUrl(s, "/extension"), wsUrl(s, "/mcp"), token))
+      Effect.map(proxyTarget("naive-relay", { server: [s] }, wsUrl(s, "/extension"), wsUrl(s, "/mcp"), token), (t) => {
+        t.warnErrors()
+        return t.lines
+      }))
   )
   const embedded = Effect.scoped(
     Effect.flatMap(
       startService("all-in-one", "services/all-in-one/src/main.ts", unlimited, [Ready.edge, Ready.router]),
-      (s) => proxyTarget("switchboard-embedded", { server: [s] }, wsUrl(s, "/extension"), wsUrl(s, "/mcp"), token)
+      (s) =>
+        Effect.map(proxyTarget("switchboard-embedded", { server: [s] }, wsUrl(s, "/extension"), wsUrl(s, "/mcp"), token), (t) => {
+          t.warnErrors()
+          return t.lines
+        })
     )
   )
   const distributed = withNats((natsUrl) =>
     Effect.scoped(Effect.gen(function*() {
+      const nats = natsProcess(natsUrl)
+      // The hand-written floor first, on the same NATS, and kept up (idle) for the pairs below.
+      const relayRouter = yield* startServer("nats-relay-router", { NATS_URL: natsUrl })
+      const [relayA, relayB] = yield* Effect.all(
+        [startServer("nats-relay-edge", { NATS_URL: natsUrl }), startServer("nats-relay-edge", { NATS_URL: natsUrl })],
+        { concurrency: "unbounded" }
+      )
+      // As the distributed target below: the extension on edge A, the clients on edge B.
+      const relay = yield* proxyTarget(
+        "nats-relay",
+        { server: [relayA, relayB], apart: { router: relayRouter, nats, bench: benchProcess } },
+        wsUrl(relayA, "/extension"),
+        wsUrl(relayB, "/mcp"),
+        token
+      )
+
       // Its own namespace, so that no KV record of another run or suite on this NATS is seen.
       const env = { ...unlimited, NATS_URL: natsUrl, SWITCHBOARD_NAMESPACE: `bench${process.pid}` }
       // Edge A first: the edges and the router's actor host open the `edges` bucket with different
@@ -150,19 +163,55 @@ const proxySuite = Effect.scoped(Effect.gen(function*() {
         { concurrency: "unbounded" }
       )
       // The extension on edge A and the clients on edge B: every request crosses edges over NATS.
-      return yield* proxyTarget(
+      const switchboard = yield* proxyTarget(
         "switchboard-distributed",
-        { server: [edgeA, edgeB], apart: { router, nats: natsProcess(natsUrl), bench: benchProcess } },
+        { server: [edgeA, edgeB], apart: { router, nats, bench: benchProcess } },
         wsUrl(edgeA, "/extension"),
         wsUrl(edgeB, "/mcp"),
-        token,
-        plainUrl
+        token
       )
+      const name = "switchboard-distributed"
+      yield* paired({
+        suite: "proxy",
+        target: name,
+        measure: "msgs_per_s_over_plain_50x10_paired",
+        baseline: { url: plainUrl },
+        load: switchboard.load,
+        shape: { clients: 50, inFlight: 10 },
+        ratio: (target, plain) => target.msgsPerSec / plain.msgsPerSec
+      })
+      // Issue 16's latency target, distributed p50 within 1.25× of the relay's: in pairs, since the
+      // lines above measured the two a minute apart on a machine whose speed drifts.
+      yield* paired({
+        suite: "proxy",
+        target: name,
+        measure: "p50_over_nats_relay_p50_1x1_paired",
+        baseline: relay.load,
+        load: switchboard.load,
+        shape: { clients: 1, inFlight: 1 },
+        ratio: (target, floor) => target.p50Us / floor.p50Us
+      })
+      yield* paired({
+        suite: "proxy",
+        target: name,
+        measure: "msgs_per_s_over_nats_relay_50x10_paired",
+        baseline: relay.load,
+        load: switchboard.load,
+        shape: { clients: 50, inFlight: 10 },
+        ratio: (target, floor) => target.msgsPerSec / floor.msgsPerSec
+      })
+      relay.warnErrors()
+      switchboard.warnErrors()
+      return [...relay.lines, ...switchboard.lines]
     }))
   )
 
   const lines = [...(yield* plain), ...(yield* naive), ...(yield* embedded), ...(yield* distributed)]
-  report(lines, { ratio_to_plain: "plain-ws-echo", ratio_to_naive_relay: "naive-relay" })
+  report(
+    lines,
+    { ratio_to_plain: "plain-ws-echo", ratio_to_naive_relay: "naive-relay", ratio_to_nats_relay: "nats-relay" },
+    { p50_ratio_to_nats_relay: "nats-relay" }
+  )
 }))
 
 // --- entry ---------------------------------------------------------------------------------

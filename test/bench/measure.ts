@@ -64,10 +64,11 @@ export interface Paired {
   readonly target: string
   /** The line's `measure`. */
   readonly measure: string
-  readonly plainUrl: string
+  /** The other side of each pair: the plain echo (`{ url }`), or another target. */
+  readonly baseline: Target["load"]
   readonly load: Target["load"]
   readonly shape: Shape
-  /** The pair's ratio, from the target's window and the plain echo's. */
+  /** The pair's ratio, from the target's window and the baseline's. */
   readonly ratio: (target: Result, plain: Result) => number
 }
 
@@ -90,7 +91,7 @@ export const paired = (options: Paired) =>
   Effect.promise(async () => {
     const ratios: Array<number> = []
     for (let i = 0; i < PAIRS; i++) {
-      const plain = await run({ url: options.plainUrl, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+      const plain = await run({ ...options.baseline, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
       const target = await run({ ...options.load, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
       ratios.push(options.ratio(target, plain))
     }

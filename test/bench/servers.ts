@@ -10,9 +10,12 @@
  * - edge:   Switchboard's edge and the echo actor, on the embedded bus or on NATS_URL.
  * - naive-relay: the MCP proxy's id mapping by hand in one process, what the embedded proxy
  *   would cost without actors, a bus, auth or limits.
+ * - nats-relay-edge, nats-relay-router: the same id mapping split as the distributed proxy splits
+ *   it, edges and a router as processes of their own on NATS_URL, by hand (no Effect, no KV, no
+ *   auth). The floor of the distributed proxy: the same four NATS hops per round trip.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { connect } from "@nats-io/transport-node"
+import { connect, headers } from "@nats-io/transport-node"
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { BusConfig } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
@@ -64,6 +67,122 @@ const relay = async () => {
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
 }
 
+/**
+ * The relay's wire, shaped as the distributed proxy's (sb.router.conn.<conn> in, sb.edge.<edge>.out
+ * back, headers for the envelope) so that each frame pays for the same hops and headers, and
+ * nothing else: an edge's frames go to the router, the router's to the edge that holds the socket.
+ */
+const RelayWire = {
+  toRouter: (edge: string, conn: string) => `relay.router.${edge}.${conn}`,
+  routerAll: "relay.router.>",
+  toEdge: (edge: string) => `relay.edge.${edge}.out`,
+  conn: "sb-conn",
+  op: "sb-op"
+} as const
+
+/** Sockets to NATS and back: an `open` (with the path) and a `closed` around each socket's frames. */
+const natsRelayEdge = async () => {
+  const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  const edgeId = `e${process.pid}`
+  const sockets = new Map<string, WebSocket>()
+  const envelope = (conn: string, op: string) => {
+    const h = headers()
+    h.set(RelayWire.conn, conn)
+    h.set(RelayWire.op, op)
+    return h
+  }
+  nc.subscribe(RelayWire.toEdge(edgeId), {
+    callback: (_e, m) => sockets.get(m.headers?.get(RelayWire.conn) ?? "")?.send(m.data, { binary: false })
+  })
+  let next = 0
+  const wss = new WebSocketServer(wsOptions)
+  wss.on("connection", (ws, req) => {
+    const conn = String(next++)
+    const subject = RelayWire.toRouter(edgeId, conn)
+    sockets.set(conn, ws)
+    nc.publish(subject, req.url ?? "/", { headers: envelope(conn, "open") })
+    ws.on("message", (data: Buffer) => nc.publish(subject, data, { headers: envelope(conn, "frame") }))
+    ws.on("close", () => {
+      sockets.delete(conn)
+      nc.publish(subject, "", { headers: envelope(conn, "closed") })
+    })
+  })
+  wss.on("listening", () => ready((wss.address() as { port: number }).port))
+}
+
+/**
+ * naive-relay's id mapping on the far side of NATS: it learns each socket's role from its `open`,
+ * and addresses a frame to a socket by its edge's subject and a header.
+ */
+const natsRelayRouter = async () => {
+  const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  interface Peer {
+    readonly edge: string
+    readonly conn: string
+  }
+  let extension: Peer | undefined
+  const clients = new Map<string, Peer & { readonly pending: Map<string, string | number> }>()
+  const sendTo = (peer: Peer, data: string) => {
+    const h = headers()
+    h.set(RelayWire.conn, peer.conn)
+    h.set(RelayWire.op, "deliver")
+    nc.publish(RelayWire.toEdge(peer.edge), data, { headers: h })
+  }
+  const fromExtension = (data: Uint8Array) => {
+    const message = parseRecord(Buffer.from(data))
+    const id = message?.["id"]
+    if (message === undefined || typeof id !== "string") return
+    if (id === "proxy:1") return
+    const client = clients.get(id.slice(0, id.indexOf(":")))
+    const original = client?.pending.get(id)
+    if (client === undefined || original === undefined) return
+    client.pending.delete(id)
+    message["id"] = original
+    sendTo(client, JSON.stringify(message))
+  }
+  const fromClient = (key: string, client: Peer & { readonly pending: Map<string, string | number> }, data: Uint8Array) => {
+    const message = parseRecord(Buffer.from(data))
+    const id = message?.["id"]
+    if (message === undefined || !isId(id)) return
+    const method = message["method"]
+    if (method === "mcp_handshake" || method === "list_extensions" || method === "connect") {
+      return sendTo(client, answer(id, method === "list_extensions" ? { extensions: [{ id: "relay", name: "relay", connected: true }] } : {}))
+    }
+    if (extension === undefined) return sendTo(client, JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32000, message: "Not connected to an extension" } }))
+    const mapped = `${key}:${id}`
+    client.pending.set(mapped, id)
+    message["id"] = mapped
+    sendTo(extension, JSON.stringify(message))
+  }
+  nc.subscribe(RelayWire.routerAll, {
+    callback: (_e, m) => {
+      const edge = m.subject.split(".")[2] ?? ""
+      const conn = m.headers?.get(RelayWire.conn) ?? ""
+      const op = m.headers?.get(RelayWire.op)
+      // Client keys hold no ':' (the mapped id splits on the first one) and no edge's name is a prefix of another's.
+      const key = `c${edge}-${conn}`
+      if (op === "open") {
+        if (m.string() === "/extension") {
+          const peer = { edge, conn }
+          extension = peer
+          sendTo(peer, JSON.stringify({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} }))
+          return sendTo(peer, JSON.stringify({ jsonrpc: "2.0", method: "authenticated", params: { user_id: "bench", extension_id: "relay" } }))
+        }
+        return void clients.set(key, { edge, conn, pending: new Map() })
+      }
+      if (op === "closed") {
+        if (extension?.edge === edge && extension.conn === conn) extension = undefined
+        return void clients.delete(key)
+      }
+      if (extension?.edge === edge && extension.conn === conn) return fromExtension(m.data)
+      const client = clients.get(key)
+      if (client !== undefined) fromClient(key, client, m.data)
+    }
+  })
+  // The subscription must reach the server before the bench opens sockets whose `open` it would miss.
+  await nc.flush()
+  ready(0)
+}
 
 /**
  * One extension (the last to connect to `/extension`) and any number of clients on `/mcp`. A
@@ -145,7 +264,9 @@ else if (kind === "plain-http") plainHttp()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
 else if (kind === "naive-relay") naiveRelay()
+else if (kind === "nats-relay-edge") await natsRelayEdge()
+else if (kind === "nats-relay-router") await natsRelayRouter()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge or naive-relay\n`)
+  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
   process.exit(2)
 }
