@@ -2,16 +2,19 @@
  * `npm run bench [-- suite ...]`: prints one JSON line per measurement (msgs/s, p50/p99 µs, server
  * RSS and CPU per message), each suite measured against its baselines in the same run.
  * Suites: edge (the edge and bus alone), proxy (a full MCP proxy round trip through an extension),
- * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate),
+ * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate,
+ * doubling until p99 passes 50 ms, then the knee), mcpx-crowd (the same in one 1,000-member topic),
  * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab),
  * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub),
- * idle (RSS per idle authenticated socket on every WebSocket path; not run by default, it takes minutes).
+ * idle (RSS per idle authenticated socket on every WebSocket path; not run by default, it takes minutes),
+ * mcpx-topics (5,000 topics of 5: time to join, RSS per topic, then chat over all; not run by default).
  * NATS comes from the same testcontainer the tests use.
  */
 import * as Effect from "effect/Effect"
 import type { WebSocket } from "ws"
 import { measure, paired, type Target } from "./measure.ts"
-import { mcpxSuite } from "./mcpx.ts"
+import { mcpxCrowdSuite, mcpxSuite } from "./mcpx.ts"
+import { mcpxTopicsSuite } from "./topics.ts"
 import { hubHttpSuite } from "./hubHttp.ts"
 import { idleSuite } from "./idle.ts"
 import { registrySuite } from "./registry.ts"
@@ -216,15 +219,38 @@ const proxySuite = Effect.scoped(Effect.gen(function*() {
 
 // --- entry ---------------------------------------------------------------------------------
 
-const suites: Record<string, Effect.Effect<void, unknown>> = { edge: edgeSuite, proxy: proxySuite, mcpx: mcpxSuite, registry: registrySuite, "hub-http": hubHttpSuite }
-/** Run only when named: it opens 10,000 sockets on each of five paths per target, for minutes. */
-const onDemand: Record<string, Effect.Effect<void, unknown>> = { idle: idleSuite }
+const suites: Record<string, Effect.Effect<void, unknown>> = {
+  edge: edgeSuite,
+  proxy: proxySuite,
+  mcpx: mcpxSuite,
+  "mcpx-crowd": mcpxCrowdSuite,
+  registry: registrySuite,
+  "hub-http": hubHttpSuite
+}
+/** Run only when named: they open 10,000 sockets on each of five paths per target, or 25,000 at once, for minutes. */
+const onDemand: Record<string, Effect.Effect<void, unknown>> = { idle: idleSuite, "mcpx-topics": mcpxTopicsSuite }
 
 const wanted = process.argv.slice(2).filter((a) => a !== "--")
 const unknown = wanted.filter((s) => !(s in suites) && !(s in onDemand))
 if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
   console.log(
-    `Usage: npm run bench [-- ${[...Object.keys(suites), ...Object.keys(onDemand)].join(" | ")} ...]\n\nPrints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.\nBENCH_SECONDS sets the measured seconds per shape or rate step (default 3).\nBENCH_MCPX_RATES sets the mcpx suite's offered chats/s, one step each (default 100,250,500,1000).\nBENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).\nBENCH_PROFILE=<dir> makes every server process write a CPU profile there.\nIDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_SOCKETS_PER_USER how many share a user (default 10), IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60).`
+    [
+      `Usage: npm run bench [-- ${[...Object.keys(suites), ...Object.keys(onDemand)].join(" | ")} ...]`,
+      "",
+      "Prints JSON lines: msgs/s, p50/p99 µs, server RSS and CPU per message.",
+      "BENCH_SECONDS sets the measured seconds per shape or rate step (default 3).",
+      "BENCH_MCPX_RATES sets the mcpx suite's first offered chats/s, one step each (default 100,250,500,1000); the rate then doubles",
+      "  until a step fails (p99 >= 50 ms, or deliveries behind the offered rate) or would pass BENCH_MCPX_MAX_RATE (default 64000).",
+      "BENCH_CROWD_SIZE sets the mcpx-crowd topic's participants (default 1000); BENCH_CROWD_RATES its first steps (default 10),",
+      "  doubling up to BENCH_CROWD_MAX_RATE (default 1000).",
+      "BENCH_TOPICS and BENCH_TOPIC_SIZE set the mcpx-topics suite's topics and participants per topic (default 5000 and 5),",
+      "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 100).",
+      "  Its sockets are spread over load processes of at most 10,000 each (the descriptor limit here is 20,000).",
+      "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
+      "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",
+      "IDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_SOCKETS_PER_USER how many share a user (default 10),",
+      "  IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60)."
+    ].join("\n")
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)
 }

@@ -92,7 +92,7 @@ const startProcess = (
  * every closure as it is created, and the hot paths create some per message.
  */
 const bundles = new Map<string, string>()
-const bundle = (entry: string): string => {
+export const bundle = (entry: string): string => {
   let out = bundles.get(entry)
   if (out === undefined) {
     const source = dirname(entry)
