@@ -16,6 +16,8 @@ export type TopicsCommand =
     readonly size: number
     /** Handshakes in flight at once. */
     readonly inFlight: number
+    /** How many of the block's topics are joined once this answers; later joins go on from there. */
+    readonly upTo: number
   }
   | {
     readonly type: "chat"

@@ -6,7 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import { WebSocket } from "ws"
-import { issueToken } from "./processes.ts"
+import { issueToken } from "./tokens.ts"
 import { Histogram, type TopicsCommand, type TopicsReply } from "./topicsWire.ts"
 
 const MARK = Buffer.from(`"id":"~`)
@@ -26,6 +26,8 @@ let sockets: Array<WebSocket> = []
 let size = 0
 let topics = 0
 let firstTopic = 0
+/** Sockets whose join has started. */
+let joined = 0
 /** When each topic's publisher (its participant 0) sent each chat, by seq. */
 let sentAt: Array<Array<number>> = []
 let histogram = new Histogram()
@@ -75,18 +77,23 @@ const join = (index: number, url: string, token: string) =>
     })
   })
 
-/** Joins every participant of the block, `inFlight` handshakes at a time, each topic's members dealt over the edges. */
+/**
+ * Joins the block's participants up to topic `upTo`, from where the last join left off,
+ * `inFlight` handshakes at a time, each topic's members dealt over the edges in turn.
+ */
 const joinAll = async (command: Extract<TopicsCommand, { readonly type: "join" }>) => {
-  size = command.size
-  topics = command.topics
-  firstTopic = command.firstTopic
-  sockets = new Array<WebSocket>(topics * size)
-  sentAt = Array.from({ length: topics }, () => [])
+  if (sockets.length === 0) {
+    size = command.size
+    topics = command.topics
+    firstTopic = command.firstTopic
+    sockets = new Array<WebSocket>(topics * size)
+    sentAt = Array.from({ length: topics }, () => [])
+  }
   const started = performance.now()
-  let next = 0
+  const end = Math.min(command.upTo, topics) * size
   const lane = async () => {
-    while (next < topics * size) {
-      const index = next++
+    while (joined < end) {
+      const index = joined++
       const t = Math.floor(index / size)
       const j = index % size
       const global = firstTopic + t
