@@ -241,7 +241,7 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "BENCH_SECONDS sets the measured seconds per shape or rate step (default 3).",
       "BENCH_MCPX_RATES sets the mcpx suite's first offered chats/s, one step each (default 100,250,500,1000); the rate then doubles",
       "  until a step fails (p99 >= 50 ms, or deliveries behind the offered rate) or would pass BENCH_MCPX_MAX_RATE (default 64000).",
-      "BENCH_CROWD_SIZE sets the mcpx-crowd topic's participants (default 1000); BENCH_CROWD_RATES its first steps (default 10),",
+      "BENCH_CROWD_SIZE sets the mcpx-crowd topic's participants (default 1000); BENCH_CROWD_RATES its first steps (default 2),",
       "  doubling up to BENCH_CROWD_MAX_RATE (default 1000).",
       "BENCH_TOPICS and BENCH_TOPIC_SIZE set the mcpx-topics suite's topics and participants per topic (default 5000 and 5),",
       "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 100).",

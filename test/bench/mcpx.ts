@@ -48,15 +48,16 @@ const ROOM = {
   maxRate: Number(process.env["BENCH_MCPX_MAX_RATE"] ?? 64_000)
 } as const
 /**
- * One topic of 1,000: each chat costs a thousand deliveries, so the ladder starts at 10 chats a
- * second (10,000 deliveries) and doubles from there.
+ * One topic of 1,000: each chat costs a thousand deliveries, so the ladder starts at 2 chats a
+ * second (2,000 deliveries) and doubles from there; on a loaded shared machine even 10 missed
+ * p99 < 50 ms.
  */
 const CROWD = {
   name: "mcpx-crowd",
   topic: "bench-crowd",
   participants: Number(process.env["BENCH_CROWD_SIZE"] ?? 1000),
   publishers: 5,
-  rates: rates(process.env["BENCH_CROWD_RATES"] ?? "10"),
+  rates: rates(process.env["BENCH_CROWD_RATES"] ?? "2"),
   maxRate: Number(process.env["BENCH_CROWD_MAX_RATE"] ?? 1_000)
 } as const
 
@@ -156,14 +157,17 @@ const lineOf = (shape: RoomShape, target: Target, rate: number, r: StepResult, o
  * did: everything delivered, in one order, nothing refused or closed, p99 under 50 ms.
  */
 const failure = (shape: RoomShape, rate: number, r: StepResult): string | undefined => {
-  if (r.stopped !== undefined) return `stopped early: ${r.stopped}`
-  if (r.undelivered > 0) return `${r.undelivered} undelivered`
-  if (r.misordered > 0) return `${r.misordered} misordered`
-  if (r.refused > 0 || r.closed > 0) return `${r.refused} refused, ${r.closed} closed`
-  if (r.sent / r.seconds < KEPT_UP * rate) return `sent only ${Math.round(r.sent / r.seconds)}/s: the bench could not keep to the schedule`
-  if (r.delivered / r.seconds < KEPT_UP * rate * shape.participants) return `delivered ${Math.round(r.delivered / r.seconds)}/s, behind the offered rate`
-  if (!(r.p99Us < GOAL.p99Us)) return `p99 ${finite(r.p99Us) ?? "∞"} µs ≥ ${GOAL.p99Us} µs`
-  return undefined
+  const why = [
+    r.stopped === undefined ? undefined : `stopped early: ${r.stopped}`,
+    r.p99Us < GOAL.p99Us ? undefined : `p99 ${finite(r.p99Us) ?? "∞"} µs ≥ ${GOAL.p99Us} µs`,
+    r.undelivered === 0 ? undefined : `${r.undelivered} undelivered`,
+    r.misordered === 0 ? undefined : `${r.misordered} misordered`,
+    r.refused === 0 && r.closed === 0 ? undefined : `${r.refused} refused, ${r.closed} closed`,
+    // Sends are whole chats on a schedule: each publisher may be one short as the window closes.
+    r.sent + shape.publishers >= KEPT_UP * rate * r.seconds ? undefined : `sent only ${Math.round(r.sent / r.seconds)}/s: the bench fell behind its schedule`,
+    r.delivered >= KEPT_UP * r.sent * shape.participants ? undefined : `delivered ${Math.round(r.delivered / r.seconds)}/s, behind the ${Math.round((r.sent / r.seconds) * shape.participants)}/s owed`
+  ].filter((w) => w !== undefined)
+  return why.length === 0 ? undefined : why.join("; ")
 }
 
 /** The listed rates, then doubling from the last while at most `maxRate`. */
