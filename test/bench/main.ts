@@ -244,7 +244,7 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "BENCH_CROWD_SIZE sets the mcpx-crowd topic's participants (default 1000); BENCH_CROWD_RATES its first steps (default 2),",
       "  doubling up to BENCH_CROWD_MAX_RATE (default 1000).",
       "BENCH_TOPICS and BENCH_TOPIC_SIZE set the mcpx-topics suite's topics and participants per topic (default 5000 and 5),",
-      "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 100).",
+      "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 32).",
       "  Its sockets are spread over load processes of at most 10,000 each (the descriptor limit here is 20,000).",
       "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
       "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",

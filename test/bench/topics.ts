@@ -25,7 +25,7 @@ const RATE = Number(process.env["BENCH_TOPICS_RATE"] ?? 1000)
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 3)
 const DRAIN_SECONDS = 3
 /** Handshakes in flight at once over all load processes: bounded, as a crowd reconnecting would be by backoff. */
-const IN_FLIGHT = Number(process.env["BENCH_TOPICS_IN_FLIGHT"] ?? 100)
+const IN_FLIGHT = Number(process.env["BENCH_TOPICS_IN_FLIGHT"] ?? 32)
 /** Half the descriptor limit: each socket is one descriptor, and the process needs some of its own. */
 const SOCKETS_PER_WORKER = 10_000
 /** Joined before the measured joins (see below), and not counted in them. */
@@ -129,6 +129,8 @@ const measureTopics = (target: Target) =>
       warm_topics: warmed,
       join_seconds: round1(joinSeconds),
       joins_per_s: Math.round(((TOPICS - warmed) * SIZE) / joinSeconds),
+      join_retries: joined.reduce((sum, r) => sum + r.retries, 0),
+      joins_in_flight: IN_FLIGHT,
       ...Object.fromEntries(target.groups.flatMap(([key], i) => [
         [`${key}_rss_mb`, after[i]?.rssMb ?? null],
         [`${key}_rss_kb_per_topic`, round1((((after[i]?.rssMb ?? 0) - (before[i]?.rssMb ?? 0)) * 1024) / Math.max(1, TOPICS - warmed))]

@@ -30,7 +30,12 @@ export type TopicsCommand =
 
 export type TopicsReply =
   | { readonly type: "ready" }
-  | { readonly type: "joined"; readonly seconds: number }
+  | {
+    readonly type: "joined"
+    readonly seconds: number
+    /** Joins tried again so far, after the edge closed them with 1013 before the welcome. */
+    readonly retries: number
+  }
   | {
     readonly type: "chatted"
     readonly seconds: number
