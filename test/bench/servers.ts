@@ -27,7 +27,7 @@ import * as Http from "node:http"
 import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
-import { answer, isId, parseRecord } from "./frames.ts"
+import { answer, batchedSender, isId, parseRecord } from "./frames.ts"
 
 const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
 const wsOptions = { port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 1024 * 1024 } as const
@@ -80,11 +80,15 @@ const RelayWire = {
   op: "sb-op"
 } as const
 
-/** Sockets to NATS and back: an `open` (with the path) and a `closed` around each socket's frames. */
+/**
+ * Sockets to NATS and back: an `open` (with the path) and a `closed` around each socket's frames.
+ * Deliveries to a socket are corked until the microtask checkpoint, as the edge writes them: the
+ * deliveries of one NATS read leave in one write, not a system call each.
+ */
 const natsRelayEdge = async () => {
   const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
   const edgeId = `e${process.pid}`
-  const sockets = new Map<string, WebSocket>()
+  const sockets = new Map<string, (data: Uint8Array) => void>()
   const envelope = (conn: string, op: string) => {
     const h = headers()
     h.set(RelayWire.conn, conn)
@@ -92,14 +96,14 @@ const natsRelayEdge = async () => {
     return h
   }
   nc.subscribe(RelayWire.toEdge(edgeId), {
-    callback: (_e, m) => sockets.get(m.headers?.get(RelayWire.conn) ?? "")?.send(m.data, { binary: false })
+    callback: (_e, m) => sockets.get(m.headers?.get(RelayWire.conn) ?? "")?.(m.data)
   })
   let next = 0
   const wss = new WebSocketServer(wsOptions)
   wss.on("connection", (ws, req) => {
     const conn = String(next++)
     const subject = RelayWire.toRouter(edgeId, conn)
-    sockets.set(conn, ws)
+    sockets.set(conn, batchedSender(ws))
     nc.publish(subject, req.url ?? "/", { headers: envelope(conn, "open") })
     ws.on("message", (data: Buffer) => nc.publish(subject, data, { headers: envelope(conn, "frame") }))
     ws.on("close", () => {
@@ -110,9 +114,28 @@ const natsRelayEdge = async () => {
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
 }
 
+/** Where a frame's `"id":` value starts and ends (the first one: every frame here puts it before `params`). */
+const idSpan = (text: string): { readonly start: number; readonly end: number } | undefined => {
+  const at = text.indexOf(`"id":`)
+  if (at < 0) return undefined
+  const start = at + 5
+  if (text[start] === `"`) {
+    // Ids here hold no escaped quotes: the clients' are numbers, the mapped ones come from JSON.stringify of those.
+    const close = text.indexOf(`"`, start + 1)
+    return close < 0 ? undefined : { start, end: close + 1 }
+  }
+  let end = start
+  while (end < text.length && text[end] !== "," && text[end] !== "}") end++
+  return { start, end }
+}
+
+const CONTROL = [`"method":"mcp_handshake"`, `"method":"connect"`, `"method":"list_extensions"`]
+
 /**
  * naive-relay's id mapping on the far side of NATS: it learns each socket's role from its `open`,
- * and addresses a frame to a socket by its edge's subject and a header.
+ * and addresses a frame to a socket by its edge's subject and a header. Ids are rewritten in the
+ * frame's text, not by parsing it, as the router's fast path does; the original id's text (number
+ * or string) goes back as it came.
  */
 const natsRelayRouter = async () => {
   const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
@@ -120,46 +143,50 @@ const natsRelayRouter = async () => {
     readonly edge: string
     readonly conn: string
   }
+  interface Client extends Peer {
+    /** Mapped id → the original id's JSON text. */
+    readonly pending: Map<string, string>
+  }
   let extension: Peer | undefined
-  const clients = new Map<string, Peer & { readonly pending: Map<string, string | number> }>()
+  const clients = new Map<string, Client>()
   const sendTo = (peer: Peer, data: string) => {
     const h = headers()
     h.set(RelayWire.conn, peer.conn)
     h.set(RelayWire.op, "deliver")
     nc.publish(RelayWire.toEdge(peer.edge), data, { headers: h })
   }
-  const fromExtension = (data: Uint8Array) => {
-    const message = parseRecord(Buffer.from(data))
-    const id = message?.["id"]
-    if (message === undefined || typeof id !== "string") return
-    if (id === "proxy:1") return
-    const client = clients.get(id.slice(0, id.indexOf(":")))
-    const original = client?.pending.get(id)
+  const fromExtension = (text: string) => {
+    const span = idSpan(text)
+    if (span === undefined || text[span.start] !== `"`) return
+    const mapped = text.slice(span.start + 1, span.end - 1)
+    const client = clients.get(mapped.slice(0, mapped.indexOf(":")))
+    const original = client?.pending.get(mapped)
     if (client === undefined || original === undefined) return
-    client.pending.delete(id)
-    message["id"] = original
-    sendTo(client, JSON.stringify(message))
+    client.pending.delete(mapped)
+    sendTo(client, text.slice(0, span.start) + original + text.slice(span.end))
   }
-  const fromClient = (key: string, client: Peer & { readonly pending: Map<string, string | number> }, data: Uint8Array) => {
-    const message = parseRecord(Buffer.from(data))
-    const id = message?.["id"]
-    if (message === undefined || !isId(id)) return
-    const method = message["method"]
-    if (method === "mcp_handshake" || method === "list_extensions" || method === "connect") {
-      return sendTo(client, answer(id, method === "list_extensions" ? { extensions: [{ id: "relay", name: "relay", connected: true }] } : {}))
+  const fromClient = (key: string, client: Client, text: string) => {
+    if (CONTROL.some((c) => text.includes(c))) {
+      const message = parseRecord(Buffer.from(text))
+      const id = message?.["id"]
+      if (!isId(id)) return
+      const result = message?.["method"] === "list_extensions" ? { extensions: [{ id: "relay", name: "relay", connected: true }] } : {}
+      return sendTo(client, answer(id, result))
     }
-    if (extension === undefined) return sendTo(client, JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32000, message: "Not connected to an extension" } }))
-    const mapped = `${key}:${id}`
-    client.pending.set(mapped, id)
-    message["id"] = mapped
-    sendTo(extension, JSON.stringify(message))
+    const span = idSpan(text)
+    if (span === undefined) return
+    const original = text.slice(span.start, span.end)
+    if (extension === undefined) return sendTo(client, `{"jsonrpc":"2.0","id":${original},"error":{"code":-32000,"message":"Not connected to an extension"}}`)
+    const mapped = `${key}:${original}`
+    client.pending.set(mapped, original)
+    sendTo(extension, text.slice(0, span.start) + JSON.stringify(mapped) + text.slice(span.end))
   }
   nc.subscribe(RelayWire.routerAll, {
     callback: (_e, m) => {
       const edge = m.subject.split(".")[2] ?? ""
       const conn = m.headers?.get(RelayWire.conn) ?? ""
       const op = m.headers?.get(RelayWire.op)
-      // Client keys hold no ':' (the mapped id splits on the first one) and no edge's name is a prefix of another's.
+      // Client keys hold no ':' (the mapped id splits on the first one).
       const key = `c${edge}-${conn}`
       if (op === "open") {
         if (m.string() === "/extension") {
@@ -174,9 +201,9 @@ const natsRelayRouter = async () => {
         if (extension?.edge === edge && extension.conn === conn) extension = undefined
         return void clients.delete(key)
       }
-      if (extension?.edge === edge && extension.conn === conn) return fromExtension(m.data)
+      if (extension?.edge === edge && extension.conn === conn) return fromExtension(m.string())
       const client = clients.get(key)
-      if (client !== undefined) fromClient(key, client, m.data)
+      if (client !== undefined) fromClient(key, client, m.string())
     }
   })
   // The subscription must reach the server before the bench opens sockets whose `open` it would miss.
