@@ -15,9 +15,10 @@
  *   auth). The floor of the distributed proxy: the same four NATS hops per round trip.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { connect, headers } from "@nats-io/transport-node"
+import { connect, type Msg, type NatsConnection } from "@nats-io/transport-node"
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { BusConfig } from "@switchboard/bus"
+import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "@switchboard/bus/internal/NatsShims"
 import { Edge } from "@switchboard/edge"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -81,34 +82,63 @@ const RelayWire = {
 } as const
 
 /**
+ * A NATS connection with the bus's own nats.js shims (libs/bus NatsShims: pooled encoder, headers
+ * encoded once, headers read from the raw block, the socket corked over a turn), so that the floor
+ * pays per hop what the bus pays and no more. `publish` corks before each publish, as the bus does.
+ */
+const relayConnection = async () => {
+  installPooledEncoder()
+  const nc: NatsConnection = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  const cork = corker(nc)
+  const publish = (subject: string, data: Uint8Array | string, headers: FrozenHeaders) => {
+    cork()
+    nc.publish(subject, data, { headers })
+  }
+  return { nc, publish }
+}
+
+/** Built once per connection and kind, and then only reused: FrozenHeaders encodes once. */
+const envelope = (conn: string, op: string) => {
+  const h = new FrozenHeaders()
+  h.set(RelayWire.conn, conn)
+  h.set(RelayWire.op, op)
+  return h
+}
+
+/** A header of ours (`name: value`, no line breaks) from the raw block, or from nats.js's parse without it. */
+const headerOf = (msg: Msg, name: string): string | undefined => {
+  const head = rawHeaderBlock(msg)
+  if (head === undefined) return msg.headers?.get(name)
+  const at = head.indexOf(`\r\n${name}:`)
+  if (at < 0) return undefined
+  const from = at + name.length + 3
+  return head.slice(from, head.indexOf("\r\n", from)).trim()
+}
+
+/**
  * Sockets to NATS and back: an `open` (with the path) and a `closed` around each socket's frames.
  * Deliveries to a socket are corked until the microtask checkpoint, as the edge writes them: the
  * deliveries of one NATS read leave in one write, not a system call each.
  */
 const natsRelayEdge = async () => {
-  const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  const { nc, publish } = await relayConnection()
   const edgeId = `e${process.pid}`
   const sockets = new Map<string, (data: Uint8Array) => void>()
-  const envelope = (conn: string, op: string) => {
-    const h = headers()
-    h.set(RelayWire.conn, conn)
-    h.set(RelayWire.op, op)
-    return h
-  }
   nc.subscribe(RelayWire.toEdge(edgeId), {
-    callback: (_e, m) => sockets.get(m.headers?.get(RelayWire.conn) ?? "")?.(m.data)
+    callback: (_e, m) => sockets.get(headerOf(m, RelayWire.conn) ?? "")?.(m.data)
   })
   let next = 0
   const wss = new WebSocketServer(wsOptions)
   wss.on("connection", (ws, req) => {
     const conn = String(next++)
     const subject = RelayWire.toRouter(edgeId, conn)
+    const frame = envelope(conn, "frame")
     sockets.set(conn, batchedSender(ws))
-    nc.publish(subject, req.url ?? "/", { headers: envelope(conn, "open") })
-    ws.on("message", (data: Buffer) => nc.publish(subject, data, { headers: envelope(conn, "frame") }))
+    publish(subject, req.url ?? "/", envelope(conn, "open"))
+    ws.on("message", (data: Buffer) => publish(subject, data, frame))
     ws.on("close", () => {
       sockets.delete(conn)
-      nc.publish(subject, "", { headers: envelope(conn, "closed") })
+      publish(subject, "", envelope(conn, "closed"))
     })
   })
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
@@ -134,14 +164,15 @@ const CONTROL = [`"method":"mcp_handshake"`, `"method":"connect"`, `"method":"li
 /**
  * naive-relay's id mapping on the far side of NATS: it learns each socket's role from its `open`,
  * and addresses a frame to a socket by its edge's subject and a header. Ids are rewritten in the
- * frame's text, not by parsing it, as the router's fast path does; the original id's text (number
- * or string) goes back as it came.
+ * frame's text without parsing it, which no real router can afford (it must validate), so that this
+ * stays a floor; the original id's text (number or string) goes back as it came.
  */
 const natsRelayRouter = async () => {
-  const nc = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  const { nc, publish } = await relayConnection()
   interface Peer {
     readonly edge: string
     readonly conn: string
+    readonly deliver: FrozenHeaders
   }
   interface Client extends Peer {
     /** Mapped id → the original id's JSON text. */
@@ -149,12 +180,7 @@ const natsRelayRouter = async () => {
   }
   let extension: Peer | undefined
   const clients = new Map<string, Client>()
-  const sendTo = (peer: Peer, data: string) => {
-    const h = headers()
-    h.set(RelayWire.conn, peer.conn)
-    h.set(RelayWire.op, "deliver")
-    nc.publish(RelayWire.toEdge(peer.edge), data, { headers: h })
-  }
+  const sendTo = (peer: Peer, data: string) => publish(RelayWire.toEdge(peer.edge), data, peer.deliver)
   const fromExtension = (text: string) => {
     const span = idSpan(text)
     if (span === undefined || text[span.start] !== `"`) return
@@ -184,18 +210,18 @@ const natsRelayRouter = async () => {
   nc.subscribe(RelayWire.routerAll, {
     callback: (_e, m) => {
       const edge = m.subject.split(".")[2] ?? ""
-      const conn = m.headers?.get(RelayWire.conn) ?? ""
-      const op = m.headers?.get(RelayWire.op)
+      const conn = headerOf(m, RelayWire.conn) ?? ""
+      const op = headerOf(m, RelayWire.op)
       // Client keys hold no ':' (the mapped id splits on the first one).
       const key = `c${edge}-${conn}`
       if (op === "open") {
         if (m.string() === "/extension") {
-          const peer = { edge, conn }
+          const peer = { edge, conn, deliver: envelope(conn, "deliver") }
           extension = peer
           sendTo(peer, JSON.stringify({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} }))
           return sendTo(peer, JSON.stringify({ jsonrpc: "2.0", method: "authenticated", params: { user_id: "bench", extension_id: "relay" } }))
         }
-        return void clients.set(key, { edge, conn, pending: new Map() })
+        return void clients.set(key, { edge, conn, deliver: envelope(conn, "deliver"), pending: new Map() })
       }
       if (op === "closed") {
         if (extension?.edge === edge && extension.conn === conn) extension = undefined
