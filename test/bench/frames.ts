@@ -31,13 +31,13 @@ export const batchedSender = (ws: WebSocket) => {
     corked = false
     socket.uncork()
   }
-  return (data: string) => {
+  return (data: string | Uint8Array) => {
     if (!corked) {
       corked = true
       socket.cork()
       queueMicrotask(uncork)
     }
-    ws.send(data)
+    ws.send(data, { binary: false })
   }
 }
 

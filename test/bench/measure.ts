@@ -64,10 +64,11 @@ export interface Paired {
   readonly target: string
   /** The line's `measure`. */
   readonly measure: string
-  readonly plainUrl: string
+  /** The other side of each pair: the plain echo (`{ url }`), or another target. */
+  readonly baseline: Target["load"]
   readonly load: Target["load"]
   readonly shape: Shape
-  /** The pair's ratio, from the target's window and the plain echo's. */
+  /** The pair's ratio, from the target's window and the baseline's. */
   readonly ratio: (target: Result, plain: Result) => number
 }
 
@@ -80,19 +81,27 @@ const PAIRS = 21
 const PAIR_SECONDS = 0.5
 
 /**
- * A target against the plain echo in pairs of windows: a plain-echo window, then one of the
- * target, PAIRS times, and the median of the pairs' ratios, with its quartiles. This machine's
- * speed drifts by a third within minutes (plain echo p50s of 76 to 117 µs in one afternoon, 67k to
- * 101k msgs/s at 50×10), and a suite's lines measure the plain echo a minute before the target;
- * within a pair, both sides see the same machine.
+ * A target against a baseline (the plain echo, or a floor such as the NATS relay) in pairs of
+ * windows, one of each, PAIRS times, and the median of the pairs' ratios, with its quartiles.
+ * This machine's speed drifts by a third within minutes (plain echo p50s of 76 to 117 µs in one
+ * afternoon, 67k to 101k msgs/s at 50×10), and a suite's lines measure the plain echo a minute
+ * before the target; within a pair, both sides see the same machine.
  */
 export const paired = (options: Paired) =>
   Effect.promise(async () => {
     const ratios: Array<number> = []
+    const baseline = () => run({ ...options.baseline, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+    const target = () => run({ ...options.load, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
     for (let i = 0; i < PAIRS; i++) {
-      const plain = await run({ url: options.plainUrl, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
-      const target = await run({ ...options.load, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
-      ratios.push(options.ratio(target, plain))
+      // Each side first in turn: a window's closed sockets leave work (a session's teardown, KV
+      // deletes) in the processes of its side that spills into the next window, whichever it is.
+      if (i % 2 === 0) {
+        const b = await baseline()
+        ratios.push(options.ratio(await target(), b))
+      } else {
+        const t = await target()
+        ratios.push(options.ratio(t, await baseline()))
+      }
     }
     const sorted = Float64Array.from(ratios).sort()
     print({

@@ -3,20 +3,18 @@
  * for as long as a scope lives, and what they cost (RSS and CPU from /proc) over a measured window.
  * Every suite starts its targets through here, so that all of them get the same environment.
  */
-import { Tokens } from "@switchboard/auth"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { appendFileSync, readdirSync, readFileSync } from "node:fs"
 import { basename, dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { issueToken, SECRET } from "./tokens.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
 const serversFile = fileURLToPath(new URL("./servers.ts", import.meta.url))
 /** When set, every server process writes a V8 CPU profile into this folder as it exits. */
 const PROFILE = process.env["BENCH_PROFILE"]
-const SECRET = "bench-secret-that-is-long-enough-for-hs256"
 
 /** A process whose usage is measured: one the bench started, or one it found (NATS in its container). */
 export interface Measured {
@@ -92,7 +90,7 @@ const startProcess = (
  * every closure as it is created, and the hot paths create some per message.
  */
 const bundles = new Map<string, string>()
-const bundle = (entry: string): string => {
+export const bundle = (entry: string): string => {
   let out = bundles.get(entry)
   if (out === undefined) {
     const source = dirname(entry)
@@ -182,14 +180,7 @@ export const unlimited = {
   ROUTER_USER_RATE: "1000000000"
 } as const
 
-/** A token every target accepts (they all share the bench's secret). */
-export const issueToken = (options: Tokens.IssueOptions) =>
-  Tokens.make({
-    secret: Option.some(new TextEncoder().encode(SECRET)),
-    jwksUrl: Option.none(),
-    issuer: Option.none(),
-    audience: Option.none()
-  }).issue(options)
+export { issueToken }
 
 // --- what they cost ------------------------------------------------------------------------
 

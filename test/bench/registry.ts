@@ -150,7 +150,7 @@ const callRatio = (target: string, plainUrl: string, load: Target["load"]) =>
     suite: "registry",
     target,
     measure: "call_p50_over_plain_p50_1x1_paired",
-    plainUrl,
+    baseline: { url: plainUrl },
     load,
     shape: { clients: 1, inFlight: 1 },
     ratio: (t, plain) => t.p50Us / plain.p50Us

@@ -22,13 +22,24 @@ export const round2 = (n: number) => Math.round(n * 100) / 100
 
 export const print = (line: Line) => console.log(JSON.stringify(line))
 
-/** Prints the lines, each with its throughput as a ratio to every baseline target's at the same shape. */
-export const report = (lines: ReadonlyArray<ThroughputLine>, baselines: Readonly<Record<string, string>>) => {
+/**
+ * Prints the lines, each with its throughput as a ratio to every baseline target's at the same
+ * shape, and its p50 as a ratio to every `p50Baselines` target's (a latency target reads better as
+ * "within 1.25× of", the other way round from throughput).
+ */
+export const report = (
+  lines: ReadonlyArray<ThroughputLine>,
+  baselines: Readonly<Record<string, string>>,
+  p50Baselines: Readonly<Record<string, string>> = {}
+) => {
+  const ratio = (line: ThroughputLine, target: string, field: "msgs_per_s" | "p50_us") => {
+    const base = lines.find((l) => l.target === target && l.shape === line.shape)?.[field]
+    const own = line[field]
+    return typeof base !== "number" || typeof own !== "number" || base === 0 ? null : round2(own / base)
+  }
   for (const line of lines) {
-    const ratios = Object.entries(baselines).map(([field, target]) => {
-      const base = lines.find((l) => l.target === target && l.shape === line.shape)
-      return [field, base === undefined || base.msgs_per_s === 0 ? null : round2(line.msgs_per_s / base.msgs_per_s)] as const
-    })
-    print({ ...line, ...Object.fromEntries(ratios) })
+    const ratios = Object.entries(baselines).map(([field, target]) => [field, ratio(line, target, "msgs_per_s")] as const)
+    const p50Ratios = Object.entries(p50Baselines).map(([field, target]) => [field, ratio(line, target, "p50_us")] as const)
+    print({ ...line, ...Object.fromEntries(ratios), ...Object.fromEntries(p50Ratios) })
   }
 }

@@ -10,11 +10,15 @@
  * - edge:   Switchboard's edge and the echo actor, on the embedded bus or on NATS_URL.
  * - naive-relay: the MCP proxy's id mapping by hand in one process, what the embedded proxy
  *   would cost without actors, a bus, auth or limits.
+ * - nats-relay-edge, nats-relay-router: the same id mapping split as the distributed proxy splits
+ *   it, edges and a router as processes of their own on NATS_URL, by hand (no Effect, no KV, no
+ *   auth). The floor of the distributed proxy: the same four NATS hops per round trip.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { connect } from "@nats-io/transport-node"
+import { connect, type Msg, type NatsConnection } from "@nats-io/transport-node"
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { BusConfig } from "@switchboard/bus"
+import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "@switchboard/bus/internal/NatsShims"
 import { Edge } from "@switchboard/edge"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -24,7 +28,7 @@ import * as Http from "node:http"
 import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
-import { answer, isId, parseRecord } from "./frames.ts"
+import { answer, batchedSender, isId, parseRecord } from "./frames.ts"
 
 const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
 const wsOptions = { port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 1024 * 1024 } as const
@@ -64,6 +68,174 @@ const relay = async () => {
   wss.on("listening", () => ready((wss.address() as { port: number }).port))
 }
 
+/**
+ * The relay's wire, shaped as the distributed proxy's (sb.router.conn.<conn> in, sb.edge.<edge>.out
+ * back, headers for the envelope) so that each frame pays for the same hops and headers, and
+ * nothing else: an edge's frames go to the router, the router's to the edge that holds the socket.
+ */
+const RelayWire = {
+  toRouter: (edge: string, conn: string) => `relay.router.${edge}.${conn}`,
+  routerAll: "relay.router.>",
+  toEdge: (edge: string) => `relay.edge.${edge}.out`,
+  conn: "sb-conn",
+  op: "sb-op"
+} as const
+
+/**
+ * A NATS connection with the bus's own nats.js shims (libs/bus NatsShims: pooled encoder, headers
+ * encoded once, headers read from the raw block, the socket corked over a turn), so that the floor
+ * pays per hop what the bus pays and no more. `publish` corks before each publish, as the bus does.
+ */
+const relayConnection = async () => {
+  installPooledEncoder()
+  const nc: NatsConnection = await connect({ servers: (process.env["NATS_URL"] ?? "").split(",") })
+  const cork = corker(nc)
+  const publish = (subject: string, data: Uint8Array | string, headers: FrozenHeaders) => {
+    cork()
+    nc.publish(subject, data, { headers })
+  }
+  return { nc, publish }
+}
+
+/** Built once per connection and kind, and then only reused: FrozenHeaders encodes once. */
+const envelope = (conn: string, op: string) => {
+  const h = new FrozenHeaders()
+  h.set(RelayWire.conn, conn)
+  h.set(RelayWire.op, op)
+  return h
+}
+
+/** A header of ours (`name: value`, no line breaks) from the raw block, or from nats.js's parse without it. */
+const headerOf = (msg: Msg, name: string): string | undefined => {
+  const head = rawHeaderBlock(msg)
+  if (head === undefined) return msg.headers?.get(name)
+  const at = head.indexOf(`\r\n${name}:`)
+  if (at < 0) return undefined
+  const from = at + name.length + 3
+  return head.slice(from, head.indexOf("\r\n", from)).trim()
+}
+
+/**
+ * Sockets to NATS and back: an `open` (with the path) and a `closed` around each socket's frames.
+ * Deliveries to a socket are corked until the microtask checkpoint, as the edge writes them: the
+ * deliveries of one NATS read leave in one write, not a system call each.
+ */
+const natsRelayEdge = async () => {
+  const { nc, publish } = await relayConnection()
+  const edgeId = `e${process.pid}`
+  const sockets = new Map<string, (data: Uint8Array) => void>()
+  nc.subscribe(RelayWire.toEdge(edgeId), {
+    callback: (_e, m) => sockets.get(headerOf(m, RelayWire.conn) ?? "")?.(m.data)
+  })
+  let next = 0
+  const wss = new WebSocketServer(wsOptions)
+  wss.on("connection", (ws, req) => {
+    const conn = String(next++)
+    const subject = RelayWire.toRouter(edgeId, conn)
+    const frame = envelope(conn, "frame")
+    sockets.set(conn, batchedSender(ws))
+    publish(subject, req.url ?? "/", envelope(conn, "open"))
+    ws.on("message", (data: Buffer) => publish(subject, data, frame))
+    ws.on("close", () => {
+      sockets.delete(conn)
+      publish(subject, "", envelope(conn, "closed"))
+    })
+  })
+  wss.on("listening", () => ready((wss.address() as { port: number }).port))
+}
+
+/** Where a frame's `"id":` value starts and ends (the first one: every frame here puts it before `params`). */
+const idSpan = (text: string): { readonly start: number; readonly end: number } | undefined => {
+  const at = text.indexOf(`"id":`)
+  if (at < 0) return undefined
+  const start = at + 5
+  if (text[start] === `"`) {
+    // Ids here hold no escaped quotes: the clients' are numbers, the mapped ones come from JSON.stringify of those.
+    const close = text.indexOf(`"`, start + 1)
+    return close < 0 ? undefined : { start, end: close + 1 }
+  }
+  let end = start
+  while (end < text.length && text[end] !== "," && text[end] !== "}") end++
+  return { start, end }
+}
+
+const CONTROL = [`"method":"mcp_handshake"`, `"method":"connect"`, `"method":"list_extensions"`]
+
+/**
+ * naive-relay's id mapping on the far side of NATS: it learns each socket's role from its `open`,
+ * and addresses a frame to a socket by its edge's subject and a header. Ids are rewritten in the
+ * frame's text without parsing it, which no real router can afford (it must validate), so that this
+ * stays a floor; the original id's text (number or string) goes back as it came.
+ */
+const natsRelayRouter = async () => {
+  const { nc, publish } = await relayConnection()
+  interface Peer {
+    readonly edge: string
+    readonly conn: string
+    readonly deliver: FrozenHeaders
+  }
+  interface Client extends Peer {
+    /** Mapped id → the original id's JSON text. */
+    readonly pending: Map<string, string>
+  }
+  let extension: Peer | undefined
+  const clients = new Map<string, Client>()
+  const sendTo = (peer: Peer, data: string) => publish(RelayWire.toEdge(peer.edge), data, peer.deliver)
+  const fromExtension = (text: string) => {
+    const span = idSpan(text)
+    if (span === undefined || text[span.start] !== `"`) return
+    const mapped = text.slice(span.start + 1, span.end - 1)
+    const client = clients.get(mapped.slice(0, mapped.indexOf(":")))
+    const original = client?.pending.get(mapped)
+    if (client === undefined || original === undefined) return
+    client.pending.delete(mapped)
+    sendTo(client, text.slice(0, span.start) + original + text.slice(span.end))
+  }
+  const fromClient = (key: string, client: Client, text: string) => {
+    if (CONTROL.some((c) => text.includes(c))) {
+      const message = parseRecord(Buffer.from(text))
+      const id = message?.["id"]
+      if (!isId(id)) return
+      const result = message?.["method"] === "list_extensions" ? { extensions: [{ id: "relay", name: "relay", connected: true }] } : {}
+      return sendTo(client, answer(id, result))
+    }
+    const span = idSpan(text)
+    if (span === undefined) return
+    const original = text.slice(span.start, span.end)
+    if (extension === undefined) return sendTo(client, `{"jsonrpc":"2.0","id":${original},"error":{"code":-32000,"message":"Not connected to an extension"}}`)
+    const mapped = `${key}:${original}`
+    client.pending.set(mapped, original)
+    sendTo(extension, text.slice(0, span.start) + JSON.stringify(mapped) + text.slice(span.end))
+  }
+  nc.subscribe(RelayWire.routerAll, {
+    callback: (_e, m) => {
+      const edge = m.subject.split(".")[2] ?? ""
+      const conn = headerOf(m, RelayWire.conn) ?? ""
+      const op = headerOf(m, RelayWire.op)
+      // Client keys hold no ':' (the mapped id splits on the first one).
+      const key = `c${edge}-${conn}`
+      if (op === "open") {
+        if (m.string() === "/extension") {
+          const peer = { edge, conn, deliver: envelope(conn, "deliver") }
+          extension = peer
+          sendTo(peer, JSON.stringify({ jsonrpc: "2.0", id: "proxy:1", method: "authenticate", params: {} }))
+          return sendTo(peer, JSON.stringify({ jsonrpc: "2.0", method: "authenticated", params: { user_id: "bench", extension_id: "relay" } }))
+        }
+        return void clients.set(key, { edge, conn, deliver: envelope(conn, "deliver"), pending: new Map() })
+      }
+      if (op === "closed") {
+        if (extension?.edge === edge && extension.conn === conn) extension = undefined
+        return void clients.delete(key)
+      }
+      if (extension?.edge === edge && extension.conn === conn) return fromExtension(m.string())
+      const client = clients.get(key)
+      if (client !== undefined) fromClient(key, client, m.string())
+    }
+  })
+  // The subscription must reach the server before the bench opens sockets whose `open` it would miss.
+  await nc.flush()
+  ready(0)
+}
 
 /**
  * One extension (the last to connect to `/extension`) and any number of clients on `/mcp`. A
@@ -145,7 +317,9 @@ else if (kind === "plain-http") plainHttp()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
 else if (kind === "naive-relay") naiveRelay()
+else if (kind === "nats-relay-edge") await natsRelayEdge()
+else if (kind === "nats-relay-router") await natsRelayRouter()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge or naive-relay\n`)
+  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
   process.exit(2)
 }
