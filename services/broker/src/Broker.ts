@@ -634,7 +634,7 @@ export const make = Effect.gen(function*() {
 
   // --- a participant's actor ---------------------------------------------------------------
 
-  const participantActor = (conn: Actors.Connection) =>
+  const participantActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
       const topic = conn.open.query["topic"]
       if (topic === undefined || topic === "") return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "topic is required (?topic=)"))
@@ -658,6 +658,13 @@ export const make = Effect.gen(function*() {
       const id = token.sub
       const mode = config.topicModes.get(topic) ?? config.mode
       const saved = yield* members.get(Subjects.Key.member(topic, id)).pipe(Effect.orElseSucceed(() => Option.none()))
+      // Moved here (hand-off or adoption) after a newer socket of the same participant joined: that
+      // one won while this actor was between replicas. Taking the membership back would close the
+      // newer socket, maybe before its welcome, and leave the participant with a socket it closed.
+      if (restored && Option.isSome(saved) && saved.value.value.conn !== conn.id) {
+        conn.close(CloseCode.Normal, "replaced")
+        return { onFrame: () => {} } satisfies Actors.Actor
+      }
       // A promotion or demotion outlives the socket: a participant reconnecting keeps it.
       let privilege: Auth.Privilege = mode === "open"
         ? "full"
