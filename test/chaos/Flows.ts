@@ -417,7 +417,13 @@ export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
         onNewSession(edges, (slot, ws) =>
           Effect.gen(function*() {
             const line = yield* lineAt(slot, `${ws}/v0/ws?topic=${encodeURIComponent(topic)}&token=${t}`)
-            const welcome = yield* Queue.take(line.incoming)
+            // A socket closed before its welcome (the broker refused it, say "service did not
+            // answer" while a replica stops) is a failed attempt to retry now, not 10 s of waiting.
+            const welcome = yield* Effect.raceFirst(
+              Queue.take(line.incoming),
+              Effect.map(Deferred.await(line.closed), ({ code, reason }) => ({ closed: `${code} ${reason}` }))
+            )
+            if ("closed" in welcome) return failed(`closed before its welcome: ${String(welcome["closed"])}`)
             if ((welcome["payload"] as Json | undefined)?.["event"] !== "welcome") return failed(`expected a welcome, got ${JSON.stringify(welcome)}`)
             line.send({ protocol: "mcpx/v0.1", id: envelopeId, from: id, kind: "chat", payload: { text } })
             const answer = yield* awaitMessage(line, (m) => m["id"] === envelopeId || m["correlation_id"] === envelopeId).pipe(
