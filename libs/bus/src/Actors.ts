@@ -616,35 +616,46 @@ export const host = <R>(options: HostOptions<R>) =>
       if (options.beforeHandoff !== undefined) yield* options.beforeHandoff
       const all = [...hosted.values()]
       if (all.length === 0) return
-      const done = yield* Effect.forEach(
+      // Counted as each ends: a batch cut short by the grace still says how many went over, and why
+      // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
+      const survivorExpected = replicas.keys(Subjects.Key.replicas(options.service)).pipe(
+        Effect.map((keys) => keys.some((k) => k !== replicaKey)),
+        Effect.orElseSucceed(() => false)
+      )
+      let handed = 0
+      const failures = new Map<string, number>()
+      const failed = (why: string) => Effect.sync(() => void failures.set(why, (failures.get(why) ?? 0) + 1))
+      yield* Effect.forEach(
         all,
         (h) =>
-          Handoff.handOver(bus, options.service, replica, h, grace).pipe(
+          Handoff.handOver(bus, options.service, replica, h, grace, survivorExpected).pipe(
             Effect.tap(() =>
               Effect.sync(() => {
+                handed++
                 counts.handedOver++
                 meter.handedOff()
                 enders.get(h.conn)?.()
               })
             ),
-            Effect.as(true),
-            Effect.catchAll((e) => Effect.as(Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`), false)),
-            Effect.catchAllDefect((d) => Effect.as(Effect.logWarning("hand-off failed", d), false))
+            Effect.catchAll((e) => Effect.zipRight(failed(e.reason), Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`))),
+            Effect.catchAllDefect((d) => Effect.zipRight(failed("Defect"), Effect.logWarning("hand-off failed", d)))
           ),
-        { concurrency: 256 }
+        { concurrency: 256, discard: true }
       ).pipe(
         // A finalizer runs uninterruptibly, as it must on SIGTERM, where its fiber is being
         // interrupted; only the hand-offs themselves may be cut short, by the grace period.
         Effect.interruptible,
         Effect.timeout(grace),
-        Effect.orElseSucceed(() => [] as Array<boolean>)
+        Effect.ignore
       )
-      const handed = done.filter((ok) => ok).length
       counts.failed += all.length - handed
       if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
       else {
+        const unfinished = all.length - handed - [...failures.values()].reduce((a, b) => a + b, 0)
+        if (unfinished > 0) failures.set("Grace", unfinished)
+        const why = [...failures].map(([reason, n]) => `${reason} ${n}`).join(", ")
         yield* Effect.logWarning(
-          `handed ${handed} of ${all.length} connections over; the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
+          `handed ${handed} of ${all.length} connections over (not handed: ${why}); the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
         )
       }
     })
