@@ -600,6 +600,8 @@ export const host = <R>(options: HostOptions<R>) =>
     )
 
     yield* bus.subscribe(Subjects.replicaInbox(options.service, replica), (m) => {
+      // An empty request asks whether this replica still runs (its heartbeat key lapsed).
+      if (m.data.length === 0) return void runFork(bus.respond(m, replica).pipe(Effect.ignore))
       const forward = Handoff.decodeForward(text(m))
       if (forward._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed forward of a hand-off"))
       const subject = Subjects.conn(options.service, Subjects.ConnId(forward.right.conn))
@@ -684,22 +686,47 @@ export const host = <R>(options: HostOptions<R>) =>
         Effect.catchTag("KvConflict", () => Effect.void)
       )
 
+    /**
+     * A replica whose key lapsed may still run: its heartbeat writes failed for a while (a NATS
+     * leader election) and it goes on serving. Adopting its connections then would give each two
+     * actors in one queue group, splitting its frames between them. It is asked first, over the bus.
+     */
+    const answers = (other: string) =>
+      bus.request(Subjects.replicaInbox(options.service, other), "", { timeout: "1 second" }).pipe(
+        Effect.as(true),
+        Effect.orElseSucceed(() => false)
+      )
+
     /** Replicas alive at the last sweep; a full scan happens at start and when one of them lapses. */
     let lastAlive: ReadonlySet<string> | undefined
+    /** Replicas that lapsed but answered: looked at again next sweep, in case they are gone by then. */
+    let unsure = false
     const sweep = Effect.gen(function*() {
       const alive = new Set(yield* replicas.keys(Subjects.Key.replicas(options.service)))
-      const lapsed = lastAlive === undefined || [...lastAlive].some((r) => !alive.has(r))
+      const lapsed = lastAlive === undefined || unsure || [...lastAlive].some((r) => !alive.has(r))
       lastAlive = alive
+      unsure = false
       if (!lapsed) return
       const orphans: Array<Subjects.ConnId> = []
+      const answered = new Map<string, boolean>()
       for (const key of yield* connections.keys()) {
         const connId = Subjects.ConnId(key)
         if (owned.has(connId)) continue
         const found = yield* connections.get(key)
         if (Option.isNone(found) || found.value.value.service !== options.service) continue
-        if (alive.has(Subjects.Key.replica(options.service, found.value.value.replica))) continue
+        const holder = found.value.value.replica
+        if (alive.has(Subjects.Key.replica(options.service, holder))) continue
+        if (holder !== replica) {
+          if (!answered.has(holder)) answered.set(holder, yield* answers(holder))
+          if (answered.get(holder) === true) continue
+        }
         orphans.push(connId)
         yield* adopt(connId, found.value)
+      }
+      const running = [...answered].filter(([, yes]) => yes).map(([r]) => r)
+      if (running.length > 0) {
+        unsure = true
+        yield* Effect.logWarning(`replicas ${running.join(", ")} lapsed in KV but still answer; their connections stay theirs`)
       }
       if (orphans.length > 0) yield* Effect.logInfo(`adopted ${orphans.length} connections from replicas that are gone`)
     })
