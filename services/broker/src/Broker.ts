@@ -368,6 +368,13 @@ export const make = Effect.gen(function*() {
     )
   }
 
+  /** Whether a broker replica still runs: its actor host answers an empty request on its inbox. */
+  const answers = (other: string) =>
+    bus.request(Subjects.replicaInbox("broker", other), "", { timeout: "1 second" }).pipe(
+      Effect.as(true),
+      Effect.orElseSucceed(() => false)
+    )
+
   const setUp = (topic: string) =>
     Effect.gen(function*() {
       const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
@@ -396,8 +403,10 @@ export const make = Effect.gen(function*() {
       if (Either.isLeft(created)) {
         const current = yield* claims.get(key)
         const holder = Option.map(current, (c) => decoder.decode(c.value))
+        // A holder whose key lapsed (its heartbeat writes failed through a NATS election) may still
+        // sequence: it is asked before the topic is taken from it, or the topic would have two.
         const alive = Option.isSome(holder)
-          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value)))
+          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value))) || (yield* answers(holder.value))
           : false
         // Someone else sequences it, unless that replica is gone: then this one takes over, with
         // the members its predecessor had welcomed.
