@@ -620,9 +620,13 @@ export const host = <R>(options: HostOptions<R>) =>
       if (all.length === 0) return
       // Counted as each ends: a batch cut short by the grace still says how many went over, and why
       // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
-      const survivorExpected = replicas.keys(Subjects.Key.replicas(options.service)).pipe(
-        Effect.map((keys) => keys.some((k) => k !== replicaKey)),
-        Effect.orElseSucceed(() => false)
+      // Asked again by every hand-off that finds nobody listening: one listing serves them all a while.
+      const survivorExpected = yield* Effect.cachedWithTTL(
+        replicas.keys(Subjects.Key.replicas(options.service)).pipe(
+          Effect.map((keys) => keys.some((k) => k !== replicaKey)),
+          Effect.orElseSucceed(() => false)
+        ),
+        "250 millis"
       )
       let handed = 0
       const failures = new Map<string, number>()
