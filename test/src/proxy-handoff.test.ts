@@ -5,7 +5,7 @@
  * lost, and the extension must see every request once, in the order the client sent them.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Actors, Kv, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
@@ -144,5 +144,40 @@ describe("router hand-off to a replica still starting", () => {
         mcp.send({ jsonrpc: "2.0", id: `after-${i}`, method: "getTabs" })
         expect((yield* next(ext)).id).toBe(`${connectionId}:after-${i}`)
       }
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
+
+describe("router hand-off with an actor whose socket is gone", () => {
+  it.scopedLive("an actor whose socket its edge no longer knows holds the stop for the marker's timeout only; the others are handed over", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const bus = ctx.unsafeMap.get(Bus.Bus.key) as Bus.BusShape
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const records = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+      const first = yield* replica(Router.layer, servers, ns, env)
+      const { connectionId, ext, mcp } = yield* connectedPair(ws)
+      const [real] = yield* records.values().pipe(Effect.orDie)
+      if (real === undefined) return yield* Effect.dieMessage("no connection record")
+      // As when the edge gave up on an open (5 s) that the service answered later: an actor for a
+      // socket the edge does not know, whose close will never come.
+      const ghost = Subjects.ConnId("ghost-socket")
+      const opened = yield* Actors.requestOpen(bus, "router", ghost, Subjects.EdgeId(real.value.edge), real.value.open, "5 seconds").pipe(Effect.orDie)
+      expect(opened.ok).toBe(true)
+      yield* replica(Router.layer, servers, ns, env)
+
+      const startedAt = performance.now()
+      yield* first.stop
+      const stopMillis = performance.now() - startedAt
+      console.log(`stop with a ghost actor: ${stopMillis.toFixed(0)} ms`)
+      // Within the marker's timeout (3 s) and some, not the whole grace (10 s).
+      expect(stopMillis).toBeLessThan(6_000)
+      const owners = new Map((yield* records.values().pipe(Effect.orDie)).map((r) => [r.key, r.value.replica]))
+      expect(owners.get(ghost)).toBe(real.value.replica)
+      expect([...owners].filter(([conn, owner]) => conn !== ghost && owner === real.value.replica)).toEqual([])
+      mcp.send({ jsonrpc: "2.0", id: "after", method: "getTabs" })
+      expect((yield* next(ext)).id).toBe(`${connectionId}:after`)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

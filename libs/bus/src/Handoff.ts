@@ -97,6 +97,14 @@ export class HandoffFailed extends Error {
   }
 }
 
+/**
+ * How long the edge may take to mark a connection: one round trip through it, milliseconds. An
+ * actor whose socket the edge no longer knows (the edge gave up on its open before the service
+ * answered, and never says it closed) gets no marker at all; waiting the whole grace for it held
+ * the stop for 10 s and, before the hand-offs were counted one by one, reported none handed over.
+ */
+const MARKER_TIMEOUT = Duration.seconds(3)
+
 /** How often a stopping replica asks again while no other replica listens: soon, then less often. */
 const noSurvivorYet = Schedule.exponential("20 millis").pipe(Schedule.union(Schedule.spaced("500 millis")))
 
@@ -131,7 +139,12 @@ export const handOver = <R>(
         h.expectMarker(token, reached)
         edgeOp(bus, h.edge, h.conn, "hold", token)
       }
-    }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection") }))
+    }).pipe(
+      Effect.timeoutFail({
+        duration: Duration.min(Duration.decode(timeout), MARKER_TIMEOUT),
+        onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection")
+      })
+    )
     const request = encodeAdopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() })
     const reply = yield* bus.request(Subjects.handoff(service), request, { timeout }).pipe(
       Effect.mapError((e) =>
