@@ -40,6 +40,12 @@ const failed = (detail: string): Answer => ({ outcome: "error", detail })
 /** Attempts `attempt` until it answers correctly, answers wrongly, or the policy's attempts are spent. */
 const withRetry = (ledger: Ledger, protocol: Protocol, flow: string, attempt: Effect.Effect<Answer>) =>
   Effect.gen(function*() {
+    /**
+     * The phase a request that fails for good is counted in: that of its first failed attempt.
+     * Its retries may run ~26 s, past the end of the fault that made it fail (the NATS node's
+     * restart) into the next phase (the rolling restart), which it would otherwise be blamed on.
+     */
+    let failedIn: number | undefined
     for (let i = 0; i < Policy.attempts; i++) {
       const sentAt = Date.now()
       const answer = yield* attempt
@@ -47,12 +53,13 @@ const withRetry = (ledger: Ledger, protocol: Protocol, flow: string, attempt: Ef
       ledger.attempt({ protocol, flow, phase: ledger.phase, sentAt, outcome: answer.outcome, ...(answer.detail === undefined ? {} : { detail: answer.detail }) })
       // A wrong answer is not retried: the client would have taken it.
       if (answer.outcome !== "error") {
-        ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: answer.outcome === "correct" })
+        ledger.requests.push({ protocol, flow, phase: answer.outcome === "wrong" ? ledger.phase : failedIn ?? ledger.phase, ok: answer.outcome === "correct" })
         return
       }
+      failedIn ??= ledger.phase
       if (i + 1 < Policy.attempts) yield* Effect.sleep(Policy.retryPause(i))
     }
-    ledger.requests.push({ protocol, flow, phase: ledger.phase, ok: false })
+    ledger.requests.push({ protocol, flow, phase: failedIn ?? ledger.phase, ok: false })
   })
 
 const asError = (e: unknown): Effect.Effect<Answer> => Effect.succeed(failed(e instanceof Unanswered ? e.reason : String(e)))
@@ -402,6 +409,10 @@ export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
   Effect.gen(function*() {
     const id = "chaos-newcomer"
     const t = yield* token({ sub: id, ttl: "2 hours" })
+    // One session at a time, as one client with one participant id has: two at once replace each
+    // other ("last one wins"), and when sessions slow down (a replica stopping) each retry opened
+    // another that closed the one before, until requests failed past the retry policy.
+    const oneAtATime = yield* Effect.makeSemaphore(1)
     let counter = 0
     const name = "mcpx/new"
     const request = () => {
@@ -414,10 +425,16 @@ export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
         ledger,
         "mcpx",
         name,
-        onNewSession(edges, (slot, ws) =>
+        oneAtATime.withPermits(1)(onNewSession(edges, (slot, ws) =>
           Effect.gen(function*() {
             const line = yield* lineAt(slot, `${ws}/v0/ws?topic=${encodeURIComponent(topic)}&token=${t}`)
-            const welcome = yield* Queue.take(line.incoming)
+            // A socket closed before its welcome (the broker refused it, say "service did not
+            // answer" while a replica stops) is a failed attempt to retry now, not 10 s of waiting.
+            const welcome = yield* Effect.raceFirst(
+              Queue.take(line.incoming),
+              Effect.map(Deferred.await(line.closed), ({ code, reason }) => ({ closed: `${code} ${reason}` }))
+            )
+            if ("closed" in welcome) return failed(`closed before its welcome: ${String(welcome["closed"])}`)
             if ((welcome["payload"] as Json | undefined)?.["event"] !== "welcome") return failed(`expected a welcome, got ${JSON.stringify(welcome)}`)
             line.send({ protocol: "mcpx/v0.1", id: envelopeId, from: id, kind: "chat", payload: { text } })
             const answer = yield* awaitMessage(line, (m) => m["id"] === envelopeId || m["correlation_id"] === envelopeId).pipe(
@@ -429,7 +446,7 @@ export const freshMcpxFlow = (ledger: Ledger, edges: Edges, topic = TOPIC) =>
             if (!acked) return failed(`${String(payload?.["code"])} ${String(payload?.["reason"])}`)
             if (!ledger.acked.has(envelopeId)) ledger.acked.set(envelopeId, { phase, sentAt, at: Date.now(), payload: text, how: answer["id"] === envelopeId ? "echo" : "duplicate_id" })
             return correct
-          }))
+          })))
       )
     }
     return { protocol: "mcpx" as const, name, fresh: true, rate: 2, slots: () => [], request } satisfies Flow

@@ -11,7 +11,7 @@ import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { join } from "./support/Participants.ts"
+import { join, type Participant } from "./support/Participants.ts"
 import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
 
 const env = { BROKER_REPLICA_HEARTBEAT: "200 millis" }
@@ -62,5 +62,49 @@ describe("broker replicas", () => {
         expect.arrayContaining([{ id: "alice", privilege: "restricted" }, { id: "bob", privilege: "restricted" }])
       )
       expect((yield* alice.nextAny).payload).toEqual({ event: "join", participant: { id: "carol", privilege: "restricted" } })
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
+
+describe("broker replicas whose heartbeat lapsed", () => {
+  it.scopedLive("a sequencer whose key lapsed in KV but still runs keeps its topic: a join at the other replica does not take it over", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+      const claims = yield* kv.bucket(Subjects.Bucket.topics)
+      const holder = claims.get(Subjects.Key.topic("room")).pipe(
+        Effect.map((c) => (c._tag === "Some" ? new TextDecoder().decode(c.value.value) : undefined)),
+        Effect.orDie
+      )
+      const records = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+      const ownerOf = (id: string) =>
+        records.values().pipe(Effect.map((rs) => rs.find((r) => r.value.open.claims?.sub === id)?.value.replica), Effect.orDie)
+
+      // The first renews its key slowly and sequences the room.
+      yield* replica(Broker.layer, servers, ns, { BROKER_REPLICA_HEARTBEAT: "2900 millis" })
+      const alice = yield* join(ws, "room", { id: "alice" })
+      const first = yield* holder
+      if (first === undefined) return yield* Effect.dieMessage("the room has no sequencer")
+      yield* replica(Broker.layer, servers, ns, env)
+
+      // As when its heartbeat writes failed through a NATS election: its key is gone, it is not.
+      yield* replicas.delete(Subjects.Key.replica("broker", first)).pipe(Effect.orDie)
+      // Participants join until one's actor is on the second replica, whose join sets the room up there.
+      const joined: Array<Participant> = []
+      for (let i = 0; i < 20; i++) {
+        const p = yield* join(ws, "room", { id: `p${i}` })
+        joined.push(p)
+        if ((yield* ownerOf(p.id)) !== first) break
+      }
+      expect(yield* ownerOf(joined[joined.length - 1]!.id)).not.toBe(first)
+      expect(yield* holder).toBe(first)
+      // One sequencer: everyone gets alice's envelope once.
+      const hello = alice.send({ kind: "chat", payload: { text: "once" } })
+      for (const p of [alice, ...joined]) expect((yield* p.next("chat")).id).toBe(hello.id)
+      const again = alice.send({ kind: "chat", payload: { text: "twice?" } })
+      for (const p of [alice, ...joined]) expect((yield* p.next("chat")).id).toBe(again.id)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

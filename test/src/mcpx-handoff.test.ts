@@ -8,7 +8,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Broker } from "@switchboard/broker"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
+import { Mcpx } from "@switchboard/protocol"
 import { NatsServer } from "@switchboard/testing"
+import { randomUUID } from "node:crypto"
 import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -17,7 +19,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
-import { type Envelope, join, type Participant } from "./support/Participants.ts"
+import { type Envelope, join, open, type Participant } from "./support/Participants.ts"
 import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
 
 // A slow heartbeat: without a hand-off, the survivor would adopt the stopped replica's sockets
@@ -137,4 +139,113 @@ describe("broker hand-off", () => {
       expect(owners.size).toBe(1)
       expect(owners.has(sequencer.value)).toBe(false)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 90_000)
+})
+
+describe("broker hand-off: sessions opened meanwhile", () => {
+  it.scopedLive("sessions opened while a replica stops are welcomed and echoed, none left silent or replaced", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const start = replica(Broker.layer, servers, ns, env)
+      const first = yield* start
+      // The first replica sequences the topic; the seed stays for the whole test.
+      yield* join(ws, TOPIC, { id: "seed", privilege: "full" })
+      yield* start
+
+      interface Outcome {
+        readonly who: string
+        readonly at: number
+        readonly what: string
+      }
+      const outcomes: Array<Outcome> = []
+      const t0 = performance.now()
+      /**
+       * One new session as the chaos suite's `mcpx/new` flow opens it: its welcome, then one chat
+       * echoed back. What ends it otherwise is recorded: a close, or nothing at all within 5 s.
+       */
+      const session = (who: string) =>
+        Effect.scoped(
+          Effect.gen(function*() {
+            const at = Math.round(performance.now() - t0)
+            const socket = yield* open(ws, TOPIC, { id: who, privilege: "full" })
+            const next = Effect.map(Queue.take(socket.messages), (t) => JSON.parse(t) as Envelope)
+            const chatId = randomUUID()
+            const flow = Effect.gen(function*() {
+              const first = yield* next
+              if (first.payload["event"] !== "welcome") return `first ${first.kind} ${JSON.stringify(first.payload)}`
+              socket.send({ protocol: "mcpx/v0.1", id: chatId, from: who, kind: "chat", payload: { text: "hello" } })
+              for (;;) {
+                const e = yield* next
+                if (e.id === chatId) return "echoed"
+                if (e.correlation_id === chatId) return `refused ${JSON.stringify(e.payload)}`
+              }
+            })
+            const closed = Effect.map(Deferred.await(socket.closed), ({ code, reason }) => `closed ${code} ${reason}`)
+            const what = yield* Effect.raceFirst(flow, closed).pipe(
+              Effect.timeoutTo({ duration: "5 seconds", onTimeout: () => "silent", onSuccess: (w) => w })
+            )
+            outcomes.push({ who, at, what })
+          })
+        ).pipe(Effect.catchAllCause((cause) => Effect.sync(() => outcomes.push({ who, at: Math.round(performance.now() - t0), what: `failed ${String(cause)}` }))))
+      // Others in the room, on both replicas, for the stopping one to hand over.
+      yield* Effect.forEach(Array.from({ length: 30 }, (_, i) => `member-${i}`), (id) => join(ws, TOPIC, { id, privilege: "full" }), { concurrency: 10 })
+      let done = false
+      let fresh = 0
+      // The same participants again and again, one session at a time each, as clients reconnecting
+      // would (each closes its socket before it opens the next); and new ones.
+      const loops = yield* Effect.fork(Effect.all([
+        ...["newcomer-a", "newcomer-b", "newcomer-c"].map((id) => Effect.whileLoop({ while: () => !done, body: () => session(id), step: () => {} })),
+        Effect.whileLoop({ while: () => !done, body: () => session(`fresh-${fresh++}`), step: () => {} })
+      ], { concurrency: "unbounded", discard: true }))
+      yield* Effect.sleep("300 millis").pipe(Effect.repeat({ until: () => outcomes.length >= 10 }))
+      const stopAt = Math.round(performance.now() - t0)
+      yield* first.stop
+      const stoppedAt = Math.round(performance.now() - t0)
+      const after = outcomes.length
+      yield* Effect.sleep("100 millis").pipe(Effect.repeat({ until: () => outcomes.length >= after + 10 }))
+      done = true
+      yield* Fiber.join(loops)
+      const bad = outcomes.filter((o) => o.what !== "echoed")
+      console.log(`sessions opened around a broker stop (stop ${stopAt}..${stoppedAt} ms): ${outcomes.length}, not echoed: ${JSON.stringify(bad.slice(0, 8))}`)
+      // Each participant had one session at a time: none of them was replaced by a newer one.
+      expect(bad).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 90_000)
+})
+
+describe("broker hand-off: a participant's newer socket", () => {
+  it.scopedLive("an actor that moves after a newer socket of its participant joined closes its own socket, not the newer one", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
+      const start = replica(Broker.layer, servers, ns, env)
+      const first = yield* start
+      // Both on the first replica, the only one yet.
+      const old = yield* join(ws, TOPIC, { id: "dup", privilege: "full" })
+      const newer = yield* join(ws, TOPIC, { id: "other", privilege: "full" })
+      yield* start
+      // The moment the race leaves behind: "dup" joined again on another socket (here: newer's)
+      // while its old socket's actor is still to move, and its record names the newer socket.
+      const record = (id: string) =>
+        members.get(Subjects.Key.member(TOPIC, id)).pipe(
+          Effect.flatMap(Option.match({ onNone: () => Effect.dieMessage(`no record for ${id}`), onSome: (r) => Effect.succeed(r.value) })),
+          Effect.orDie
+        )
+      const newerRecord = yield* record("other")
+      yield* members.put(Subjects.Key.member(TOPIC, "dup"), { ...(yield* record("dup")), conn: newerRecord.conn, edge: newerRecord.edge }).pipe(Effect.orDie)
+
+      yield* first.stop
+      // The old socket is the one replaced; the newer one stays and hears the room.
+      const closed = yield* Deferred.await(old.socket.closed).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      expect(closed).toEqual({ code: 1000, reason: "replaced" })
+      const seed = yield* join(ws, TOPIC, { id: "seed", privilege: "full" })
+      const hello = seed.send({ kind: "chat", payload: { text: "still here?" } })
+      expect((yield* newer.next("chat")).id).toBe(hello.id)
+      expect(yield* Deferred.isDone(newer.socket.closed)).toBe(false)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

@@ -70,3 +70,52 @@ describe("router replicas", () => {
       expect(yield* next(mcp)).toEqual({ jsonrpc: "2.0", method: "disconnected", params: { connection_id: connectionId, reason: "Extension closed" } })
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })
+
+describe("router replicas whose heartbeat lapsed", () => {
+  it.scopedLive("a replica whose key lapsed in KV but still runs keeps its sockets: the other does not adopt them", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+      const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
+        Effect.map((records) => new Set(records.map((r) => r.value.replica))),
+        Effect.orDie
+      )
+      // The first renews its key slowly, the second sweeps for lapsed replicas every 100 ms.
+      yield* replica(Router.layer, servers, ns, { ROUTER_REPLICA_HEARTBEAT: "2900 millis" })
+      const t = yield* token({ sub: "alice" })
+      const ext = yield* connect(`${ws}/extension`)
+      yield* next(ext)
+      ext.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: t } })
+      const extensionId = (yield* next(ext)).params!["extension_id"]
+      const mcp = yield* connect(`${ws}/mcp`)
+      yield* call(mcp, 1, "mcp_handshake", { accessToken: t })
+      const connectionId = ((yield* call(mcp, 2, "connect", { extension_id: extensionId })).result as Message)["connection_id"]
+      const [first] = [...(yield* owners)]
+      if (first === undefined) return yield* Effect.dieMessage("no connection records")
+      yield* replica(Router.layer, servers, ns, { ROUTER_REPLICA_HEARTBEAT: "100 millis" })
+
+      // As when its heartbeat writes failed through a NATS election: its key is gone, it is not.
+      const key = Subjects.Key.replica("router", first)
+      yield* replicas.delete(key).pipe(Effect.orDie)
+      // Until it renews the key (within 2.9 s) the second replica sweeps some 29 times.
+      yield* replicas.get(key).pipe(
+        Effect.orDie,
+        Effect.filterOrFail((found) => found._tag === "Some"),
+        Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("10 seconds"))),
+        Effect.orDieWith(() => new Error("the first replica did not renew its key"))
+      )
+      expect([...(yield* owners)]).toEqual([first])
+      // One actor per socket still: every request reaches the extension, in order, and is answered.
+      for (let i = 0; i < 20; i++) mcp.send({ jsonrpc: "2.0", id: 100 + i, method: "getTabs" })
+      for (let i = 0; i < 20; i++) {
+        const got = yield* next(ext)
+        expect(got.id).toBe(`${connectionId}:${100 + i}`)
+        ext.send({ jsonrpc: "2.0", id: got.id, result: { tabs: [] } })
+      }
+      for (let i = 0; i < 20; i++) expect((yield* next(mcp)).id).toBe(100 + i)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})

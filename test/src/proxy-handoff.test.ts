@@ -5,7 +5,7 @@
  * lost, and the extension must see every request once, in the order the client sent them.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Actors, Kv, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
@@ -107,4 +107,77 @@ describe("router hand-off", () => {
       mcp.send({ jsonrpc: "2.0", id: "last", method: "getTabs" })
       expect((yield* next(ext)).id).toBe(`${connectionId}:last`)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 90_000)
+})
+
+describe("router hand-off to a replica still starting", () => {
+  it.scopedLive("a replica stopped while the one replacing it still starts waits for it, and hands every socket to it", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
+        Effect.map((rs) => rs.map((r) => r.value.replica)),
+        Effect.orDie
+      )
+      const first = yield* replica(Router.layer, servers, ns, env)
+      const pairs = yield* Effect.forEach([1, 2, 3], () => connectedPair(ws))
+      const lone = yield* connect(`${ws}/mcp`)
+      yield* call(lone, 0, "mcp_handshake", { accessToken: yield* token({ sub: "bob" }) })
+      const before = yield* owners
+      expect(before.length).toBe(7)
+      expect(new Set(before).size).toBe(1)
+
+      // Another replica's key is in KV, but nobody answers hand-offs yet: as on a NATS cluster,
+      // where the new replica's interest reaches the stopping one's node a moment after its key.
+      const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
+      yield* replicas.put(Subjects.Key.replica("router", "on-its-way"), String(Date.now())).pipe(Effect.orDie)
+      yield* Effect.all([first.stop, replica(Router.layer, servers, ns, env)], { concurrency: 2, discard: true })
+      // Handed over, every one: adopted from KV instead, they would still name the stopped replica
+      // for a heartbeat or more (3 s here).
+      const after = yield* owners
+      expect(after.length).toBe(7)
+      expect(after.filter((r) => r === before[0])).toEqual([])
+      expect(new Set(after).size).toBe(1)
+      for (const [i, { connectionId, ext, mcp }] of pairs.entries()) {
+        mcp.send({ jsonrpc: "2.0", id: `after-${i}`, method: "getTabs" })
+        expect((yield* next(ext)).id).toBe(`${connectionId}:after-${i}`)
+      }
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
+})
+
+describe("router hand-off with an actor whose socket is gone", () => {
+  it.scopedLive("an actor whose socket its edge no longer knows holds the stop for the marker's timeout only; the others are handed over", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const ns = namespace()
+      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const bus = ctx.unsafeMap.get(Bus.Bus.key) as Bus.BusShape
+      const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
+      const records = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+      const first = yield* replica(Router.layer, servers, ns, env)
+      const { connectionId, ext, mcp } = yield* connectedPair(ws)
+      const [real] = yield* records.values().pipe(Effect.orDie)
+      if (real === undefined) return yield* Effect.dieMessage("no connection record")
+      // As when the edge gave up on an open (5 s) that the service answered later: an actor for a
+      // socket the edge does not know, whose close will never come.
+      const ghost = Subjects.ConnId("ghost-socket")
+      const opened = yield* Actors.requestOpen(bus, "router", ghost, Subjects.EdgeId(real.value.edge), real.value.open, "5 seconds").pipe(Effect.orDie)
+      expect(opened.ok).toBe(true)
+      yield* replica(Router.layer, servers, ns, env)
+
+      const startedAt = performance.now()
+      yield* first.stop
+      const stopMillis = performance.now() - startedAt
+      console.log(`stop with a ghost actor: ${stopMillis.toFixed(0)} ms`)
+      // Within the marker's timeout (3 s) and some, not the whole grace (10 s).
+      expect(stopMillis).toBeLessThan(6_000)
+      const owners = new Map((yield* records.values().pipe(Effect.orDie)).map((r) => [r.key, r.value.replica]))
+      expect(owners.get(ghost)).toBe(real.value.replica)
+      expect([...owners].filter(([conn, owner]) => conn !== ghost && owner === real.value.replica)).toEqual([])
+      mcp.send({ jsonrpc: "2.0", id: "after", method: "getTabs" })
+      expect((yield* next(ext)).id).toBe(`${connectionId}:after`)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

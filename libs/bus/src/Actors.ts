@@ -618,6 +618,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     )
 
     yield* bus.subscribe(Subjects.replicaInbox(options.service, replica), (m) => {
+      // An empty request asks whether this replica still runs (its heartbeat key lapsed).
+      if (m.data.length === 0) return void runFork(bus.respond(m, replica).pipe(Effect.ignore))
       const forward = Handoff.decodeForward(text(m))
       if (forward._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed forward of a hand-off"))
       const subject = Subjects.conn(options.service, Subjects.ConnId(forward.right.conn))
@@ -634,35 +636,50 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       if (options.beforeHandoff !== undefined) yield* options.beforeHandoff
       const all = [...hosted.values()]
       if (all.length === 0) return
-      const done = yield* Effect.forEach(
+      // Counted as each ends: a batch cut short by the grace still says how many went over, and why
+      // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
+      // Asked again by every hand-off that finds nobody listening: one listing serves them all a while.
+      const survivorExpected = yield* Effect.cachedWithTTL(
+        replicas.keys(Subjects.Key.replicas(options.service)).pipe(
+          Effect.map((keys) => keys.some((k) => k !== replicaKey)),
+          Effect.orElseSucceed(() => false)
+        ),
+        "250 millis"
+      )
+      let handed = 0
+      const failures = new Map<string, number>()
+      const failed = (why: string) => Effect.sync(() => void failures.set(why, (failures.get(why) ?? 0) + 1))
+      yield* Effect.forEach(
         all,
         (h) =>
-          Handoff.handOver(bus, options.service, replica, h, grace).pipe(
+          Handoff.handOver(bus, options.service, replica, h, grace, survivorExpected).pipe(
             Effect.tap(() =>
               Effect.sync(() => {
+                handed++
                 counts.handedOver++
                 meter.handedOff()
                 enders.get(h.conn)?.()
               })
             ),
-            Effect.as(true),
-            Effect.catchAll((e) => Effect.as(Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`), false)),
-            Effect.catchAllDefect((d) => Effect.as(Effect.logWarning("hand-off failed", d), false))
+            Effect.catchAll((e) => Effect.zipRight(failed(e.reason), Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`))),
+            Effect.catchAllDefect((d) => Effect.zipRight(failed("Defect"), Effect.logWarning("hand-off failed", d)))
           ),
-        { concurrency: 256 }
+        { concurrency: 256, discard: true }
       ).pipe(
         // A finalizer runs uninterruptibly, as it must on SIGTERM, where its fiber is being
         // interrupted; only the hand-offs themselves may be cut short, by the grace period.
         Effect.interruptible,
         Effect.timeout(grace),
-        Effect.orElseSucceed(() => [] as Array<boolean>)
+        Effect.ignore
       )
-      const handed = done.filter((ok) => ok).length
       counts.failed += all.length - handed
       if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
       else {
+        const unfinished = all.length - handed - [...failures.values()].reduce((a, b) => a + b, 0)
+        if (unfinished > 0) failures.set("Grace", unfinished)
+        const why = [...failures].map(([reason, n]) => `${reason} ${n}`).join(", ")
         yield* Effect.logWarning(
-          `handed ${handed} of ${all.length} connections over; the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
+          `handed ${handed} of ${all.length} connections over (not handed: ${why}); the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
         )
       }
     })
@@ -691,22 +708,47 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         Effect.catchTag("KvConflict", () => Effect.void)
       )
 
+    /**
+     * A replica whose key lapsed may still run: its heartbeat writes failed for a while (a NATS
+     * leader election) and it goes on serving. Adopting its connections then would give each two
+     * actors in one queue group, splitting its frames between them. It is asked first, over the bus.
+     */
+    const answers = (other: string) =>
+      bus.request(Subjects.replicaInbox(options.service, other), "", { timeout: "1 second" }).pipe(
+        Effect.as(true),
+        Effect.orElseSucceed(() => false)
+      )
+
     /** Replicas alive at the last sweep; a full scan happens at start and when one of them lapses. */
     let lastAlive: ReadonlySet<string> | undefined
+    /** Replicas that lapsed but answered: looked at again next sweep, in case they are gone by then. */
+    let unsure = false
     const sweep = Effect.gen(function*() {
       const alive = new Set(yield* replicas.keys(Subjects.Key.replicas(options.service)))
-      const lapsed = lastAlive === undefined || [...lastAlive].some((r) => !alive.has(r))
+      const lapsed = lastAlive === undefined || unsure || [...lastAlive].some((r) => !alive.has(r))
       lastAlive = alive
+      unsure = false
       if (!lapsed) return
       const orphans: Array<Subjects.ConnId> = []
+      const answered = new Map<string, boolean>()
       for (const key of yield* connections.keys()) {
         const connId = Subjects.ConnId(key)
         if (owned.has(connId)) continue
         const found = yield* connections.get(key)
         if (Option.isNone(found) || found.value.value.service !== options.service) continue
-        if (alive.has(Subjects.Key.replica(options.service, found.value.value.replica))) continue
+        const holder = found.value.value.replica
+        if (alive.has(Subjects.Key.replica(options.service, holder))) continue
+        if (holder !== replica) {
+          if (!answered.has(holder)) answered.set(holder, yield* answers(holder))
+          if (answered.get(holder) === true) continue
+        }
         orphans.push(connId)
         yield* adopt(connId, found.value)
+      }
+      const running = [...answered].filter(([, yes]) => yes).map(([r]) => r)
+      if (running.length > 0) {
+        unsure = true
+        yield* Effect.logWarning(`replicas ${running.join(", ")} lapsed in KV but still answer; their connections stay theirs`)
       }
       if (orphans.length > 0) yield* Effect.logInfo(`adopted ${orphans.length} connections from replicas that are gone`)
     })

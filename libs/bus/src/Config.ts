@@ -35,12 +35,24 @@ export const stateReplicas = Settings.intBetween(
   "Replicas of every KV bucket and journal on NATS: 1 for one server, 3 for a three-node cluster (an existing bucket with fewer is scaled up)"
 )
 
+export const jetStreamWait = Settings.duration(
+  "NATS_JETSTREAM_WAIT",
+  "60 seconds",
+  "How long a process starting waits for JetStream (a NATS server starting, an election) before it exits"
+)
+export const kvWriteRetry = Settings.duration(
+  "NATS_KV_WRITE_RETRY",
+  "10 seconds",
+  "How long a KV write is tried again while JetStream is briefly unavailable (a stream leader election)"
+)
+
 export const layer = (name: string, options: { readonly alone?: boolean } = {}): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const url = yield* natsUrl
       const ns = yield* namespace
       const replicas = yield* stateReplicas
+      const waits = { jetStreamWait: yield* jetStreamWait, kvWriteRetry: yield* kvWriteRetry }
       return Option.match(url, {
         onNone: () =>
           Layer.tap(MemoryBus.layer, () =>
@@ -51,7 +63,7 @@ export const layer = (name: string, options: { readonly alone?: boolean } = {}):
               )
               : Effect.logInfo("using the embedded bus (set NATS_URL for NATS)")),
         onSome: (servers) =>
-          NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name, replicas }).pipe(
+          NatsBus.layer({ servers: servers.split(",").map((s) => s.trim()), namespace: ns, name, replicas, ...waits }).pipe(
             Layer.mapError((e) => (e.reason === "Connect" ? new BusError({ ...e, message: `${e.message} (NATS_URL)` }) : e))
           )
       })

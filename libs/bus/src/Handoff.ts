@@ -12,8 +12,9 @@
  *  release ───────────────────────▶  sends the buffered frames, now to the new owner
  */
 import { Handoff } from "@switchboard/protocol"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
 import { type BusMessage, type BusShape, type Headers, text, type Subscription } from "./Bus.ts"
@@ -96,6 +97,17 @@ export class HandoffFailed extends Error {
   }
 }
 
+/**
+ * How long the edge may take to mark a connection: one round trip through it, milliseconds. An
+ * actor whose socket the edge no longer knows (the edge gave up on its open before the service
+ * answered, and never says it closed) gets no marker at all; waiting the whole grace for it held
+ * the stop for 10 s and, before the hand-offs were counted one by one, reported none handed over.
+ */
+const MARKER_TIMEOUT = Duration.seconds(3)
+
+/** How often a stopping replica asks again while no other replica listens: soon, then less often. */
+const noSurvivorYet = Schedule.exponential("20 millis").pipe(Schedule.union(Schedule.spaced("500 millis")))
+
 const edgeOp = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, op: "hold" | "release", token: string) =>
   bus.unsafePublish(Subjects.edgeOut(edge), "", { [Subjects.Header.op]: op, [Subjects.Header.conn]: conn, [Subjects.Header.handoff]: token })
 
@@ -109,7 +121,9 @@ export const handOver = <R>(
   service: Subjects.ServiceName,
   replica: string,
   h: Handover<R>,
-  timeout: Duration.DurationInput
+  timeout: Duration.DurationInput,
+  /** Whether another replica is alive, so that "nobody listens" is worth asking again. */
+  survivorExpected: Effect.Effect<boolean> = Effect.succeed(false)
 ) => {
   const token = randomUUID()
   const release = Effect.sync(() => {
@@ -125,15 +139,23 @@ export const handOver = <R>(
         h.expectMarker(token, reached)
         edgeOp(bus, h.edge, h.conn, "hold", token)
       }
-    }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection") }))
-    const reply = yield* bus.request(
-      Subjects.handoff(service),
-      encodeAdopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() }),
-      { timeout }
-    ).pipe(
+    }).pipe(
+      Effect.timeoutFail({
+        duration: Duration.min(Duration.decode(timeout), MARKER_TIMEOUT),
+        onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection")
+      })
+    )
+    const request = encodeAdopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() })
+    const reply = yield* bus.request(Subjects.handoff(service), request, { timeout }).pipe(
       Effect.mapError((e) =>
         e._tag === "NoResponders" ? new HandoffFailed("NoSurvivor", "no other replica") : new HandoffFailed("Refused", e.message)
       ),
+      // Nobody listening may be only for now: in a rolling restart the replica that replaces this
+      // one may still be starting, or its interest not yet known across the NATS cluster. Nobody
+      // got the request, so asking again is safe; the hand-off's own timeout bounds it.
+      // When no other replica is alive in KV either, there is nobody to wait for (the last replica).
+      Effect.retry({ while: (e) => (e.reason === "NoSurvivor" ? survivorExpected : false), schedule: noSurvivorYet }),
+      Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("NoSurvivor", `no other replica within ${Duration.format(timeout)}`) }),
       Effect.flatMap((m) => {
         const r = decodeAdoptReply(text(m))
         if (r._tag === "Left") return Effect.fail(new HandoffFailed("Refused", "malformed adopt reply"))

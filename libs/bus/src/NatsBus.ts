@@ -32,6 +32,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
+import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import * as Instruments from "@switchboard/telemetry/Instruments"
 import { Metrics } from "@switchboard/telemetry/Metrics"
@@ -65,6 +66,13 @@ export interface NatsOptions {
    * cluster so that losing a node loses no state. An existing one with fewer is scaled up.
    */
   readonly replicas?: number
+  /**
+   * How long opening a bucket or journal waits for JetStream (not enabled yet on a server that
+   * is starting, no meta leader during an election) before the start fails; 60 s by default.
+   */
+  readonly jetStreamWait?: Duration.DurationInput
+  /** How long a KV write is tried again while JetStream is briefly unavailable; 10 s by default (an election takes up to 8 s). */
+  readonly kvWriteRetry?: Duration.DurationInput
 }
 
 installPooledEncoder()
@@ -122,6 +130,47 @@ const nonEmpty = (value: string | undefined) => (value === undefined || value ==
 
 const busError = (reason: BusError["reason"], message: string) => (cause: unknown) =>
   new BusError({ reason, message: `${message}: ${cause instanceof Error ? cause.message : String(cause)}`, cause })
+
+/**
+ * JetStream unavailable for now, not for good: no server answers its API (not enabled yet on a
+ * server that is starting, nats.js says JetStreamNotEnabled) or a stream has no leader during an
+ * election (503). Nothing was applied, so the operation may be tried again.
+ */
+export const isJetStreamUnavailable = (e: unknown): boolean =>
+  // The class is not among the package's exports; its name is.
+  (e instanceof Error && e.name === "JetStreamNotEnabled") ||
+  (e instanceof JetStreamApiError && e.status === 503) ||
+  (e instanceof BusError && isJetStreamUnavailable(e.cause))
+
+/** Soon, then less often: a leader election takes seconds, a server starting a little longer. */
+const jetStreamBackoff = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("2 seconds")))
+
+/** Tries `effect` again, for up to `bound`, while `transient` says its failure is. */
+const whileJetStreamUnavailable = (bound: Duration.DurationInput, transient: (e: unknown) => boolean = isJetStreamUnavailable) =>
+<A, E>(effect: Effect.Effect<A, E>) => Effect.retry(effect, { while: transient, schedule: Schedule.upTo(jetStreamBackoff, bound) })
+
+/**
+ * Opening a bucket or journal creates it or opens the existing one, so a request that timed out
+ * (sent just before the server restarted, say) can be sent again, which a write cannot.
+ */
+const isUnavailableOrTimedOut = (e: unknown): boolean =>
+  isJetStreamUnavailable(e) || e instanceof TimeoutError || (e instanceof BusError && isUnavailableOrTimedOut(e.cause))
+
+/**
+ * Opening a bucket or journal at start waits for JetStream, with one warning that says so: a
+ * service started with (or just before) its NATS, or during an election, would exit otherwise.
+ */
+const awaitingJetStream = (what: string, bound: Duration.DurationInput) => <A, E>(effect: Effect.Effect<A, E>) => {
+  let warned = false
+  return effect.pipe(
+    Effect.tapError((e) => {
+      if (warned || !isUnavailableOrTimedOut(e)) return Effect.void
+      warned = true
+      return Effect.logWarning(`JetStream is not available yet (${what}); trying again for up to ${Duration.format(bound)}`)
+    }),
+    whileJetStreamUnavailable(bound, isUnavailableOrTimedOut)
+  )
+}
 
 const isConflict = (e: unknown) =>
   e instanceof JetStreamApiError &&
@@ -215,7 +264,8 @@ const toEntry = (e: NatsKvEntry): KvEntry => ({
 const KEYS_BOUND = "250 millis"
 
 /** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
-const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>): KvBucketShape => {
+const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>, writeRetry: Duration.DurationInput): KvBucketShape => {
+  const write = whileJetStreamUnavailable(writeRetry)
   const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
   const streamName = `KV_${full}`
   const lastSeq = async () => (await (await jsm()).streams.info(streamName)).state.last_seq
@@ -244,10 +294,12 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
       Effect.tryPromise({ try: () => kv.get(key), catch: kvError(`get ${key}`) }).pipe(
         Effect.map((e) => (e !== null && e.operation === "PUT" ? Option.some(toEntry(e)) : Option.none()))
       ),
-    put: (key, value) => Effect.tryPromise({ try: () => kv.put(key, value), catch: kvError(`put ${key}`) }),
-    create: (key, value) => claim("create", key, "Exists", () => kv.create(key, value)),
-    update: (key, value, revision) => claim("update", key, "WrongRevision", () => kv.update(key, value, revision)),
-    delete: (key) => Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) }),
+    // Writes ride out a leader election: a heartbeat that fails for its whole duration lets the
+    // replica's key lapse, and survivors adopt connections that are still served.
+    put: (key, value) => write(Effect.tryPromise({ try: () => kv.put(key, value), catch: kvError(`put ${key}`) })),
+    create: (key, value) => write(claim("create", key, "Exists", () => kv.create(key, value))),
+    update: (key, value, revision) => write(claim("update", key, "WrongRevision", () => kv.update(key, value, revision))),
+    delete: (key) => write(Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) })),
     keys: (filter) =>
       Effect.tryPromise({
         try: async (signal) => {
@@ -301,10 +353,17 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
   }
 }
 
-/** One JetStream manager per connection, made when first needed and shared by KV and journals. */
+/**
+ * One JetStream manager per connection, made when first needed and shared by KV and journals. One
+ * that could not be made (JetStream not enabled yet) is made again next time, not kept failed.
+ */
 const lazyManager = (nc: NatsConnection) => {
   let manager: Promise<JetStreamManager> | undefined
-  return () => (manager ??= jetstreamManager(nc))
+  return () =>
+    (manager ??= jetstreamManager(nc).catch((e: unknown) => {
+      manager = undefined
+      throw e
+    }))
 }
 
 /**
@@ -316,7 +375,13 @@ const atLeastReplicas = async (m: JetStreamManager, stream: string, replicas: nu
   if (config.num_replicas < replicas) await m.streams.update(stream, { ...config, num_replicas: replicas })
 }
 
-export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise<JetStreamManager>, replicas = 1): KvShape => {
+export const makeKv = (
+  nc: NatsConnection,
+  namespace: string,
+  jsm: () => Promise<JetStreamManager>,
+  replicas = 1,
+  waits: { readonly jetStream?: Duration.DurationInput; readonly writes?: Duration.DurationInput } = {}
+): KvShape => {
   const kvm = new Kvm(nc)
   return {
     bucket: (spec) =>
@@ -335,12 +400,15 @@ export const makeKv = (nc: NatsConnection, namespace: string, jsm: () => Promise
           })
           // Creating an existing bucket keeps its settings: one made with fewer replicas is scaled up.
           if (replicas > 1) await atLeastReplicas(await jsm(), `KV_${full}`, replicas)
-          return makeBucket(spec.name, full, kv, jsm)
+          return makeBucket(spec.name, full, kv, jsm, waits.writes ?? DEFAULT_KV_WRITE_RETRY)
         },
         catch: busError("Kv", `open bucket ${spec.name}`)
-      })
+      }).pipe(awaitingJetStream(`opening bucket ${spec.name}`, waits.jetStream ?? DEFAULT_JETSTREAM_WAIT))
   }
 }
+
+export const DEFAULT_JETSTREAM_WAIT = "60 seconds"
+export const DEFAULT_KV_WRITE_RETRY = "10 seconds"
 
 export const connection = (options: NatsOptions) =>
   Effect.acquireRelease(
@@ -371,7 +439,8 @@ export const makeJournal = (
   jsm: () => Promise<JetStreamManager>,
   replicas = 1,
   lost: (journal: string, count: number, why: string) => void = () => {},
-  observer?: Instruments.JournalObserver
+  observer?: Instruments.JournalObserver,
+  jetStreamWait: Duration.DurationInput = DEFAULT_JETSTREAM_WAIT
 ): JournalShape => {
   const js = jetstream(nc)
   const log = (m: JetStreamManager, spec: JournalSpec): JournalLog => {
@@ -482,7 +551,7 @@ export const makeJournal = (
           return log(m, spec)
         },
         catch: busError("Kv", `open journal ${spec.name}`)
-      })
+      }).pipe(awaitingJetStream(`opening journal ${spec.name}`, jetStreamWait))
   }
 }
 
@@ -505,11 +574,27 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
       const runtime = yield* Effect.runtime<never>()
       const metrics = yield* Metrics
       return Context.make(Bus, makeBus(nc, namespace)).pipe(
-        Context.add(Kv, KvMetrics.metered(makeKv(nc, namespace, jsm, options.replicas), metrics)),
+        Context.add(
+          Kv,
+          KvMetrics.metered(
+            makeKv(nc, namespace, jsm, options.replicas, {
+              ...(options.jetStreamWait === undefined ? {} : { jetStream: options.jetStreamWait }),
+              ...(options.kvWriteRetry === undefined ? {} : { writes: options.kvWriteRetry })
+            }),
+            metrics
+          )
+        ),
         Context.add(
           Journal,
-          makeJournal(nc, namespace, jsm, options.replicas, (journal, count, why) =>
-            Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)), Instruments.journal(metrics))
+          makeJournal(
+            nc,
+            namespace,
+            jsm,
+            options.replicas,
+            (journal, count, why) => Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)),
+            Instruments.journal(metrics),
+            options.jetStreamWait
+          )
         )
       )
     })

@@ -3,7 +3,7 @@
 // (NatsContainer with host networking hangs, and published ports would bind 0.0.0.0).
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Context, Data, Effect, Layer, Schedule } from "effect";
+import { Context, Data, Effect, Exit, Layer, Schedule, Scope } from "effect";
 import { GenericContainer, getContainerRuntimeClient, type StartedTestContainer, Wait } from "testcontainers";
 import { ensureDocker, ensureNatsImage, ownerLabel } from "./Docker.ts";
 import { freePorts as allocatePorts } from "./FreePorts.ts";
@@ -166,5 +166,43 @@ export class NatsCluster extends Context.Tag("@switchboard/testing/NatsCluster")
       });
       return { servers, kill, restart };
     }).pipe(Effect.withLogSpan("NatsCluster.layer"))
+  );
+}
+
+/**
+ * One server that starts without JetStream, as a server does whose JetStream is not ready yet,
+ * and enables it when a test says so: it is stopped and started again with `-js` on the same port
+ * (clients reconnect). `requests` counts what clients have sent it (its monitoring's `in_msgs`),
+ * so a test can tell that a process has asked JetStream for something before it is enabled.
+ */
+export class NatsLateJetStream extends Context.Tag("@switchboard/testing/NatsLateJetStream")<
+  NatsLateJetStream,
+  {
+    readonly servers: ReadonlyArray<string>;
+    readonly requests: Effect.Effect<number>;
+    readonly enableJetStream: Effect.Effect<void>;
+  }
+>() {
+  static readonly layer = Layer.scoped(
+    NatsLateJetStream,
+    Effect.gen(function* () {
+      const image = yield* dockerAndImage;
+      const [port = 0, monitor = 0] = yield* freePorts(2);
+      // The monitoring port binds to the address `-a` names, 127.0.0.1.
+      const args = ["-a", "127.0.0.1", "-p", String(port), "-m", String(monitor)];
+      const withoutJetStream = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void));
+      yield* Scope.extend(startNode(image, args), withoutJetStream);
+      const layerScope = yield* Effect.scope;
+      const requests = Effect.tryPromise(async () => {
+        const res = await fetch(`http://127.0.0.1:${monitor}/varz`);
+        return ((await res.json()) as { readonly in_msgs?: number }).in_msgs ?? 0;
+      }).pipe(Effect.orDie);
+      const enableJetStream = Effect.gen(function* () {
+        yield* Scope.close(withoutJetStream, Exit.void);
+        yield* Scope.extend(startNode(image, ["-js", "-sd", "/data", ...args]), layerScope);
+        yield* Effect.logInfo(`JetStream enabled on ${url(port)}`);
+      }).pipe(Effect.orDie);
+      return { servers: [url(port)], requests, enableJetStream };
+    }).pipe(Effect.withLogSpan("NatsLateJetStream.layer"))
   );
 }

@@ -3,6 +3,6 @@
 export {
   buildSwitchboardImage, dockerdLog, ensureDocker, ensureNatsImage, ensureNodeImage, removeSwitchboardImage, removeLeftoverContainers, resolvedNatsImageVar
 } from "./Docker.ts";
-export { NatsCluster, NatsContainerError, NatsServer } from "./NatsContainer.ts";
+export { NatsCluster, NatsContainerError, NatsLateJetStream, NatsServer } from "./NatsContainer.ts";
 export * as SwitchboardContainer from "./SwitchboardContainer.ts";
 export { SwitchboardImage } from "./SwitchboardContainer.ts";

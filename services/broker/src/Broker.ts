@@ -370,6 +370,13 @@ export const make = Effect.gen(function*() {
     )
   }
 
+  /** Whether a broker replica still runs: its actor host answers an empty request on its inbox. */
+  const answers = (other: string) =>
+    bus.request(Subjects.replicaInbox("broker", other), "", { timeout: "1 second" }).pipe(
+      Effect.as(true),
+      Effect.orElseSucceed(() => false)
+    )
+
   const setUp = (topic: string) =>
     Effect.gen(function*() {
       const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
@@ -398,8 +405,10 @@ export const make = Effect.gen(function*() {
       if (Either.isLeft(created)) {
         const current = yield* claims.get(key)
         const holder = Option.map(current, (c) => decoder.decode(c.value))
+        // A holder whose key lapsed (its heartbeat writes failed through a NATS election) may still
+        // sequence: it is asked before the topic is taken from it, or the topic would have two.
         const alive = Option.isSome(holder)
-          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value)))
+          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value))) || (yield* answers(holder.value))
           : false
         // Someone else sequences it, unless that replica is gone: then this one takes over, with
         // the members its predecessor had welcomed.
@@ -633,7 +642,7 @@ export const make = Effect.gen(function*() {
 
   // --- a participant's actor ---------------------------------------------------------------
 
-  const participantActor = (conn: Actors.Connection) =>
+  const participantActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
       const topic = conn.open.query["topic"]
       if (topic === undefined || topic === "") return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "topic is required (?topic=)"))
@@ -657,6 +666,13 @@ export const make = Effect.gen(function*() {
       const id = token.sub
       const mode = config.topicModes.get(topic) ?? config.mode
       const saved = yield* members.get(Subjects.Key.member(topic, id)).pipe(Effect.orElseSucceed(() => Option.none()))
+      // Moved here (hand-off or adoption) after a newer socket of the same participant joined: that
+      // one won while this actor was between replicas. Taking the membership back would close the
+      // newer socket, maybe before its welcome, and leave the participant with a socket it closed.
+      if (restored && Option.isSome(saved) && saved.value.value.conn !== conn.id) {
+        conn.close(CloseCode.Normal, "replaced")
+        return { onFrame: () => {} } satisfies Actors.Actor
+      }
       // A promotion or demotion outlives the socket: a participant reconnecting keeps it.
       let privilege: Auth.Privilege = mode === "open"
         ? "full"
