@@ -368,8 +368,13 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         Effect.match({
           onFailure: (e) => {
             if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
-            if (e._tag === "RequestTimeout") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service did not answer`)
-            return closeSocket(s, CloseCode.InternalError, "could not start the session")
+            // A replica may have made the actor and answered too late, or lost the answer: told the
+            // socket is gone, that actor ends instead of living on for a socket nobody has.
+            const [code, reason] = e._tag === "RequestTimeout"
+              ? [CloseCode.TryAgainLater, `${s.route.service} service did not answer`]
+              : [CloseCode.InternalError, "could not start the session"]
+            closeSocket(s, code, reason)
+            tellClosed(s, code, reason)
           },
           onSuccess: (reply) => {
             if (!reply.ok) return closeSocket(s, reply.code, reply.reason)

@@ -203,6 +203,22 @@ describe("the edge's socket I/O", () => {
       expect(yield* closedWith(yield* connect(nobody.url))).toEqual({ code: 1013, reason: "echo service unavailable" })
     }).pipe(Effect.provide(env)))
 
+  it.scopedLive("tells the service a socket it answered too late for is closed, so a late actor does not outlive it", () =>
+    Effect.gen(function*() {
+      const gate = yield* Deferred.make<void>()
+      const io = yield* setup({ gate })
+      const a = yield* connect(io.url)
+      const conn = yield* take(io.opens)
+      // The open times out at the edge (2 s here) before the service answers it.
+      expect(yield* closedWith(a)).toEqual({ code: 1013, reason: "echo service did not answer" })
+      const told = yield* take(io.seen)
+      expect([told.op, told.conn, told.header(Subjects.Header.code)]).toEqual(["closed", conn, "1013"])
+      // The late answer changes nothing: no frame and no second notice follow.
+      yield* Deferred.succeed(gate, undefined)
+      yield* io.probe(conn)
+      expect((yield* take(io.seen)).op).toBe("probe")
+    }).pipe(Effect.provide(env)))
+
   it.scopedLive("closes every socket with 1001 on shutdown", () =>
     Effect.gen(function*() {
       const io = yield* setup()
