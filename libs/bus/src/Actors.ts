@@ -344,6 +344,13 @@ export const host = <R>(options: HostOptions<R>) =>
     }
     const replica = options.replica ?? randomUUID()
     const meter = Instruments.actorHost(yield* Metrics, options.service)
+    /**
+     * What ends each actor whose mailbox runs, as this replica stops, without `onClosed`: its
+     * state stays in KV for the replica that adopts it. Registered before `fibers`, so it runs
+     * once the handlers in flight are interrupted.
+     */
+    const live = new Map<Subjects.ConnId, Effect.Effect<void>>()
+    yield* Effect.addFinalizer(() => Effect.forEach([...live.values()], (stop) => stop, { discard: true }))
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
@@ -383,6 +390,12 @@ export const host = <R>(options: HostOptions<R>) =>
      * Runs one connection's actor: subscribe, build, then handle its mailbox in order until the
      * socket closes. `answer` tells the edge (on open), or the replica handing it over, whether
      * the actor took the connection.
+     *
+     * No fiber waits for an idle actor's end: the fiber that builds the actor finishes once its
+     * mailbox runs, and the end (the socket closed, its edge is gone, or it was handed over) forks
+     * a fiber that closes it. A fiber suspended for a connection's whole life, with its stack of
+     * continuations and fiber refs, was most of what an idle connection cost (issue 16). While
+     * the actor lives, `live` holds what ends it with the replica.
      */
     const run = (
       connId: Subjects.ConnId,
@@ -402,6 +415,27 @@ export const host = <R>(options: HostOptions<R>) =>
         if (!started) starting--
         started = true
       }
+      /** Forgets the actor everywhere in the host; it may run more than once. */
+      const cleanup = Effect.sync(() => {
+        ready()
+        mailbox.stop()
+        live.delete(connId)
+        owned.delete(connId)
+        hosted.delete(connId)
+        enders.delete(connId)
+        awaitingForward.delete(connId)
+        const local = byEdge.get(edgeId)
+        local?.delete(connId)
+        if (local?.size === 0) byEdge.delete(edgeId)
+      })
+      /** What every fiber of this actor's life runs under: the scope closes with the actor, whatever ends it. */
+      const framed = (scope: Scope.CloseableScope) => <A>(self: Effect.Effect<A, never, R>) =>
+        self.pipe(
+          Effect.onExit((exit) => Scope.close(scope, exit)),
+          Effect.ensuring(cleanup),
+          Effect.annotateLogs({ service: options.service, conn: connId }),
+          Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
+        )
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
       return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
         // A queue group of one, but for a hand-off, when the old and the new owner share it.
@@ -432,7 +466,7 @@ export const host = <R>(options: HostOptions<R>) =>
             })
           )
           yield* Scope.close(scope, Exit.void)
-          return
+          return false
         }
         const actor = made.value
         if (!http) {
@@ -443,8 +477,31 @@ export const host = <R>(options: HostOptions<R>) =>
         owned.set(connId, mailbox)
         yield* meter.hosting(event, scope)
 
-        /** Ends the actor: the socket closed, its edge is gone, or it was handed over. */
-        const ended = yield* Deferred.make<readonly [number, string] | "handed-over">()
+        /** Completes once the actor ends: the socket closed, its edge is gone, or it was handed over. */
+        const ended = yield* Deferred.make<void>()
+        /** After the actor's last message: what `onClosed` and its record need, in a fiber of its own. */
+        const close = (end: readonly [number, string] | "handed-over") =>
+          Effect.suspend(() => {
+            // Stopped here and not in `end`: `end` may run inside the mailbox's own drain.
+            mailbox.stop()
+            // Handed over: the adopter owns the connection, its record and its session now.
+            if (end === "handed-over" || actor.onClosed === undefined) return Effect.void
+            return actor.onClosed(...end)
+          }).pipe(
+            Effect.zipRight(
+              end === "handed-over"
+                ? Effect.void
+                : connections.delete(connId).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
+            ),
+            framed(scope)
+          )
+        let ending = false
+        const end = (why: readonly [number, string] | "handed-over") => {
+          if (ending) return
+          ending = true
+          Deferred.unsafeDone(ended, Exit.void)
+          runFork(close(why))
+        }
         let marker: readonly [string, () => void] | undefined
         hosted.set(connId, {
           conn: connId,
@@ -454,7 +511,7 @@ export const host = <R>(options: HostOptions<R>) =>
           mailbox,
           subscription,
           state: () => actor.onHandoff?.(),
-          ended: Effect.asVoid(Deferred.await(ended)),
+          ended: Deferred.await(ended),
           expectMarker: (token, reached) => {
             marker = [token, reached]
           },
@@ -463,65 +520,51 @@ export const host = <R>(options: HostOptions<R>) =>
             hosted.delete(connId)
           }
         })
-        enders.set(connId, () => Deferred.unsafeDone(ended, Exit.succeed("handed-over" as const)))
+        enders.set(connId, () => end("handed-over"))
         // What reached the old owner after it paused comes first, then what came here: the
         // forward may arrive as soon as the old owner hears the answer.
-        const forwarded = yield* Deferred.make<ReadonlyArray<BusMessage>>()
-        if (adoption !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
+        const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
+        if (forwarded !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
         ready()
         yield* answer({ ok: true })
 
-        const begin = () =>
+        const begin = () => {
+          // From here the actor ends through `end`, or with this replica; until then, with this fiber.
+          live.set(connId, Effect.zipRight(Effect.fiberIdWith((id) => Scope.close(scope, Exit.interrupt(id))), cleanup))
           mailbox.start((m) => {
-            if (m === "edge-lost") return void Deferred.unsafeDone(ended, Exit.succeed([1006, "edge lost"] as const))
+            if (m === "edge-lost") return end([1006, "edge lost"])
             const op = m.header(Subjects.Header.op)
             if (op === "frame") return actor.onFrame(new IncomingFrame(m))
             if (op === "peer") return actor.onPeer?.(m)
             if (op === "closed") {
-              const code = Number(m.header(Subjects.Header.code) ?? 1005)
-              Deferred.unsafeDone(ended, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))
+              end([Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""])
             } else if (op === "marker" && marker !== undefined && marker[0] === m.header(Subjects.Header.handoff)) {
               // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
               mailbox.pause(marker[1])
             }
           })
-        if (adoption === undefined) begin()
-        else {
-          const messages = yield* Deferred.await(forwarded).pipe(
-            Effect.timeout(grace),
-            Effect.tapError(() => Effect.logWarning("the replica that handed this connection over forwarded nothing; starting without")),
-            Effect.orElseSucceed((): ReadonlyArray<BusMessage> => [])
-          )
-          awaitingForward.delete(connId)
-          mailbox.prepend(messages)
-          begin()
         }
-        const end = yield* Deferred.await(ended)
-        mailbox.stop()
-        // Handed over: the adopter owns the connection, its record and its session now.
-        if (end === "handed-over") return
-        const [code, reason] = end
-        if (actor.onClosed) yield* actor.onClosed(code, reason)
-        yield* connections.delete(connId).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
-      }).pipe(Effect.onExit((exit) => Scope.close(scope, exit)))).pipe(
-        // When this replica stops, an actor it could not hand over ends without `onClosed`: its
-        // state stays in KV for the replica that adopts it.
-        Effect.ensuring(
-          Effect.sync(() => {
-            ready()
-            mailbox.stop()
-            owned.delete(connId)
-            hosted.delete(connId)
-            enders.delete(connId)
-            awaitingForward.delete(connId)
-            const local = byEdge.get(edgeId)
-            local?.delete(connId)
-            if (local?.size === 0) byEdge.delete(edgeId)
-          })
+        if (forwarded === undefined) {
+          begin()
+          return true
+        }
+        const messages = yield* Deferred.await(forwarded).pipe(
+          Effect.timeout(grace),
+          Effect.tapError(() => Effect.logWarning("the replica that handed this connection over forwarded nothing; starting without")),
+          Effect.orElseSucceed((): ReadonlyArray<BusMessage> => [])
+        )
+        awaitingForward.delete(connId)
+        mailbox.prepend(messages)
+        begin()
+        return true
+      }).pipe(
+        // The actor runs on without this fiber once its mailbox started; otherwise it ends here.
+        Effect.onExit((exit) =>
+          Exit.isSuccess(exit) && exit.value ? Effect.void : Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit), cleanup)
         ),
         Effect.annotateLogs({ service: options.service, conn: connId }),
         Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
-      )
+      ))
     }
 
     const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
