@@ -7,7 +7,7 @@
  * comes back through the tab's actor as a peer message.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, ConnectionLimit, Kv, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
@@ -16,7 +16,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -135,8 +134,7 @@ export const make = Effect.gen(function*() {
 
   const { forget, recall, remember } = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord))
   /** Closes the socket unless it has said who it is in time. */
-  const deadline = (conn: Actors.Connection, reason: string) =>
-    Effect.sleep(config.authTimeout).pipe(Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, reason))), Effect.forkScoped)
+  const deadline = (conn: Actors.Connection, reason: string) => ActorTimer.after(config.authTimeout, () => conn.close(CloseCode.PolicyViolation, reason))
 
   // --- the tab's actor ---------------------------------------------------------------------
 
@@ -196,7 +194,7 @@ export const make = Effect.gen(function*() {
             yield* save({ ...tab, url, ...(title === undefined ? {} : { title }), activatedAt: active === true ? Date.now() : tab.activatedAt })
             return answer(id, { domain, tabId })
           }
-          if (helloTimer !== undefined) yield* Fiber.interrupt(helloTimer)
+          helloTimer?.cancel()
           key = Subjects.Key.tab(user, domain, tabId)
           // A page reload reconnects with the same tab id: the new socket replaces the old one.
           const previous = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
@@ -629,7 +627,7 @@ export const make = Effect.gen(function*() {
             return close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
           }
           if (view === undefined) {
-            if (authTimer !== undefined) yield* Fiber.interrupt(authTimer)
+            authTimer?.cancel()
             yield* attach(claims.right.sub)
             yield* remember(conn, { role: "hub", user: claims.right.sub })
           }
