@@ -7,6 +7,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import { acquireReleaseSync } from "./ActorResource.ts"
 
 export interface ActorTimer {
   /** Stops it; harmless once it fired or the scope closed. */
@@ -14,12 +15,12 @@ export interface ActorTimer {
 }
 
 const scoped = (start: () => ReturnType<typeof setTimeout>): Effect.Effect<ActorTimer, never, Scope.Scope> =>
-  Effect.acquireRelease(
+  acquireReleaseSync(
     Effect.sync(() => {
       const handle = start()
       return { cancel: () => clearTimeout(handle) }
     }),
-    (timer) => Effect.sync(timer.cancel)
+    (timer) => timer.cancel()
   )
 
 /**

@@ -1,4 +1,5 @@
 export * as Actors from "./Actors.ts"
+export * as ActorResource from "./ActorResource.ts"
 export * as ActorTimer from "./ActorTimer.ts"
 export * as Bus from "./Bus.ts"
 export * as BusConfig from "./Config.ts"
