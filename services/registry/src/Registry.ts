@@ -16,6 +16,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -97,6 +98,7 @@ export const make = Effect.gen(function*() {
   const auth = yield* AuthClient.AuthClient
   const bus = yield* Bus.Bus
   const link = yield* Actors.edgeLink
+  const runService = yield* FiberSet.makeRuntime<never>()
   const { tracer } = yield* Telemetry.Tracing
   const traced = Option.isSome(tracer)
   const metrics = yield* Metrics.Metrics
@@ -346,7 +348,16 @@ export const make = Effect.gen(function*() {
   const hubActor = (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
-      const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
+      /** Requests this actor started (a tab to open), which end with it; a set only once there is one. */
+      let started: Set<Fiber.RuntimeFiber<void>> | undefined
+      yield* Scope.addFinalizer(scope, Effect.suspend(() => (started === undefined ? Effect.void : Fiber.interruptAll(started))))
+      // The service's runtime rather than a FiberSet per actor: one costs a Runtime and fiber refs
+      // for every idle session (issue 16), while few sessions ever open a tab.
+      const runFork = (effect: Effect.Effect<void>) => {
+        const fiber = runService(effect)
+        ;(started ??= new Set()).add(fiber)
+        fiber.addObserver(() => started?.delete(fiber))
+      }
       let user = conn.user
       const http = conn.open.transport === "http"
       // A Streamable HTTP session is opened by the edge with the request's verified token, and never authenticates in-band.
@@ -388,7 +399,8 @@ export const make = Effect.gen(function*() {
       // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any
       // reason. An actor that ends interrupted was neither closed nor handed over: its replica
       // stopped with no other to take the session. Its calls get an error now rather than silence.
-      yield* Effect.addFinalizer((exit) =>
+      // Scope.addFinalizerExit, not Effect.addFinalizer: that one keeps a copy of this fiber's refs.
+      yield* Scope.addFinalizerExit(scope, (exit) =>
         Effect.sync(() => {
           stopTimers()
           if (Exit.isSuccess(exit)) return

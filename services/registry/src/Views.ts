@@ -3,7 +3,7 @@
  * records, followed through KV watches, and the aggregate built from them. One watch pair per user
  * per replica, shared by all that user's sessions here and dropped with the last of them.
  */
-import { Kv, Subjects } from "@switchboard/bus"
+import { ActorResource, Kv, Subjects } from "@switchboard/bus"
 import { Registry } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -161,8 +161,10 @@ export const make = Effect.gen(function*() {
       return views.get(user)!
     })
 
+  // ActorResource rather than Effect.acquireRelease: a session holds its view for its whole life,
+  // and acquireRelease would keep a copy of its fiber refs meanwhile (issue 16).
   const acquire = (user: string): Effect.Effect<View, never, Scope.Scope> =>
-    Effect.acquireRelease(
+    ActorResource.acquireRelease(
       Effect.gen(function*() {
         const entry = views.get(user) ?? (yield* open(user))
         entry.view.refs++
