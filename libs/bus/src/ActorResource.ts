@@ -13,8 +13,10 @@ export const acquireRelease = <A, E, R>(
   acquire: Effect.Effect<A, E, R>,
   release: (a: A) => Effect.Effect<unknown>
 ): Effect.Effect<A, E, R | Scope.Scope> =>
-  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizer(scope, Effect.suspend(() => release(a))))))
+  // addFinalizerExit hands the function to the scope as it is: what stays is one closure, and the release's Effect is built
+  // only when the scope closes.
+  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizerExit(scope, () => release(a)))))
 
 /** The same, for a release that is a plain function. */
 export const acquireReleaseSync = <A, E, R>(acquire: Effect.Effect<A, E, R>, release: (a: A) => void): Effect.Effect<A, E, R | Scope.Scope> =>
-  acquireRelease(acquire, (a) => Effect.sync(() => release(a)))
+  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizerExit(scope, () => Effect.sync(() => release(a))))))

@@ -6,22 +6,28 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as Scope from "effect/Scope"
-import { acquireReleaseSync } from "./ActorResource.ts"
+import * as Scope from "effect/Scope"
 
 export interface ActorTimer {
   /** Stops it; harmless once it fired or the scope closed. */
   readonly cancel: () => void
 }
 
+/** What stays per timer while it waits: this, and one finalizer in the actor's scope. */
+class NodeTimer implements ActorTimer {
+  constructor(private readonly handle: ReturnType<typeof setTimeout>) {}
+  cancel() {
+    clearTimeout(this.handle)
+  }
+}
+
 const scoped = (start: () => ReturnType<typeof setTimeout>): Effect.Effect<ActorTimer, never, Scope.Scope> =>
-  acquireReleaseSync(
-    Effect.sync(() => {
-      const handle = start()
-      return { cancel: () => clearTimeout(handle) }
-    }),
-    (timer) => timer.cancel()
-  )
+  Effect.flatMap(Scope.Scope, (scope) =>
+    Effect.uninterruptible(Effect.suspend(() => {
+      const timer = new NodeTimer(start())
+      // The finalizer builds its Effect only when the scope closes.
+      return Effect.as(Scope.addFinalizerExit(scope, () => Effect.sync(() => timer.cancel())), timer)
+    })))
 
 /**
  * Runs `f` once, `delay` from now, unless cancelled or the scope closed first. `f` runs outside
