@@ -11,7 +11,7 @@
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { readFileSync } from "node:fs"
+import { readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { WebSocket } from "ws"
 import { answer, isId, parseRecord } from "./frames.ts"
@@ -33,6 +33,20 @@ const WARM = 100
 const PER_USER = Math.max(1, Number(process.env["IDLE_SOCKETS_PER_USER"] ?? 10))
 /** /v0/ws participants per topic; each topic's setup is shared by this many sockets. */
 const TOPIC_SIZE = Number(process.env["IDLE_TOPIC_SIZE"] ?? 20)
+/**
+ * Which targets and paths to measure (IDLE_TARGETS=plain,embedded,distributed and
+ * IDLE_PATHS=/hub,/tabs; all by default): a change to one service is iterated on against the
+ * target and path it affects, in a fraction of the full suite's minutes.
+ */
+const listed = (name: string) => process.env[name]?.split(",").map((s) => s.trim()).filter((s) => s !== "")
+const TARGETS = listed("IDLE_TARGETS")
+const PATHS = listed("IDLE_PATHS")
+const wantedTarget = (name: string) => TARGETS === undefined || TARGETS.includes(name)
+/**
+ * IDLE_HEAP_SNAPSHOTS=<dir>: each inspected process also writes a heap snapshot there after each
+ * measurement (`<target>-<path>-<process>-before|after.heapsnapshot`), to compare by constructor.
+ */
+const SNAPSHOTS = process.env["IDLE_HEAP_SNAPSHOTS"]
 /** Handshakes in flight at once: paced, so that a path measures memory and not a queue of upgrades. */
 const IN_FLIGHT = 100
 const SOCKET_TIMEOUT_MS = 20_000
@@ -73,7 +87,7 @@ const wait = () => false
 const answered = (m: Record<string, unknown>, id: string) => m["id"] === id && "result" in m
 const withToken = (_i: number, token: string) => `?token=${encodeURIComponent(token)}`
 
-const handshakes: ReadonlyArray<Handshake> = [
+const allHandshakes: ReadonlyArray<Handshake> = [
   {
     // The proxy asks first; the extension answers with its name and token, then is told its id.
     path: "/extension",
@@ -117,6 +131,8 @@ const handshakes: ReadonlyArray<Handshake> = [
     }
   }
 ]
+
+const handshakes = allHandshakes.filter((h) => PATHS === undefined || PATHS.includes(h.path))
 
 /** No handshake: what a plain `ws` server holds. */
 const plainHandshake: Handshake = { path: "/", query: () => "", onOpen: () => true, onFrame: () => true }
@@ -219,7 +235,9 @@ const inspectEnv = (port: number) => ({
 
 /** A DevTools protocol session with one Node process, to force a full GC and read its heap. */
 interface Inspector {
-  readonly call: (method: string) => Promise<Record<string, unknown>>
+  readonly call: (method: string, params?: Record<string, unknown>) => Promise<Record<string, unknown>>
+  /** Writes a heap snapshot to `file` (see IDLE_HEAP_SNAPSHOTS). */
+  readonly snapshot: (file: string) => Promise<void>
   readonly close: () => void
 }
 
@@ -234,27 +252,43 @@ const inspect = async (port: number): Promise<Inspector> => {
     s.once("error", reject)
   })
   const waiting = new Map<number, (m: Record<string, unknown>) => void>()
+  /** The chunks of the heap snapshot being taken, which arrive as events before its answer. */
+  let chunks: Array<string> | undefined
   ws.on("message", (data: Buffer) => {
     const m = parseRecord(data)
     const id = m?.["id"]
+    if (m?.["method"] === "HeapProfiler.addHeapSnapshotChunk") {
+      const params = m["params"]
+      const chunk = typeof params === "object" && params !== null ? (params as Record<string, unknown>)["chunk"] : undefined
+      if (typeof chunk === "string") chunks?.push(chunk)
+      return
+    }
     if (m === undefined || typeof id !== "number") return
     waiting.get(id)?.(m)
     waiting.delete(id)
   })
   let n = 0
+  const call = (method: string, params: Record<string, unknown> = {}) =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      const id = ++n
+      // A snapshot of a heap of hundreds of MB takes a while.
+      const timer = setTimeout(() => reject(new Error(`${method}: no answer within 120 s`)), 120_000)
+      waiting.set(id, (m) => {
+        clearTimeout(timer)
+        const result = m["result"]
+        if (typeof result === "object" && result !== null) resolve(result as Record<string, unknown>)
+        else reject(new Error(`${method} failed: ${JSON.stringify(m)}`))
+      })
+      ws.send(JSON.stringify({ id, method, params }))
+    })
   return {
-    call: (method) =>
-      new Promise((resolve, reject) => {
-        const id = ++n
-        const timer = setTimeout(() => reject(new Error(`${method}: no answer within 30 s`)), 30_000)
-        waiting.set(id, (m) => {
-          clearTimeout(timer)
-          const result = m["result"]
-          if (typeof result === "object" && result !== null) resolve(result as Record<string, unknown>)
-          else reject(new Error(`${method} failed: ${JSON.stringify(m)}`))
-        })
-        ws.send(JSON.stringify({ id, method }))
-      }),
+    call,
+    snapshot: async (file) => {
+      chunks = []
+      await call("HeapProfiler.takeHeapSnapshot", { reportProgress: false })
+      writeFileSync(file, chunks.join(""))
+      chunks = undefined
+    },
     close: () => ws.terminate()
   }
 }
@@ -304,14 +338,25 @@ interface Deployment {
   readonly subjects: ReadonlyArray<Subject>
 }
 
+/** With IDLE_HEAP_SNAPSHOTS, a heap snapshot of every inspected process (after `memory`'s reading). */
+const snapshots = async (deployment: Deployment, handshake: Handshake, when: string) => {
+  if (SNAPSHOTS === undefined) return
+  const path = handshake.path.replace(/[^a-z0-9]+/gi, "") || "root"
+  for (const { process: p, inspector } of deployment.subjects) {
+    await inspector?.snapshot(`${SNAPSHOTS}/${deployment.name}-${path}-${p.name.replace(/\W+/g, "")}-${when}.heapsnapshot`)
+  }
+}
+
 const measurePath = (deployment: Deployment, handshake: Handshake, tokens: ReadonlyArray<string>) =>
   Effect.promise(async () => {
     let closedWhileIdle = 0
     const onIdleClose = () => closedWhileIdle++
     const warm = await openSockets(deployment.base, handshake, tokens, 0, WARM, onIdleClose)
     const before = await memory(deployment.subjects)
+    await snapshots(deployment, handshake, "before")
     const measured = await openSockets(deployment.base, handshake, tokens, WARM, SOCKETS, onIdleClose)
     const after = await memory(deployment.subjects)
+    await snapshots(deployment, handshake, "after")
     const sockets = measured.sockets.length
     for (const ws of [...warm.sockets, ...measured.sockets]) ws.terminate()
     const failed = warm.failed + measured.failed
@@ -415,8 +460,8 @@ export const idleSuite = Effect.gen(function*() {
     Array.from({ length: users(WARM + SOCKETS) }, (_, i) => i),
     (i) => issueToken({ sub: `idle${i}`, ttl: "1 hour" })
   )
-  yield* plainTarget(tokens)
-  yield* embeddedTarget(tokens)
-  yield* distributedTarget(tokens)
+  if (wantedTarget("plain")) yield* plainTarget(tokens)
+  if (wantedTarget("embedded")) yield* embeddedTarget(tokens)
+  if (wantedTarget("distributed")) yield* distributedTarget(tokens)
   console.error(`idle: ${WARM + SOCKETS} sockets a path (${WARM} of them warm-up), ${round1((performance.now() - start) / 1000)} s in all`)
 })

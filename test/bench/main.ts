@@ -249,7 +249,9 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
       "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",
       "IDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_SOCKETS_PER_USER how many share a user (default 10),",
-      "  IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60)."
+      "  IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60),",
+      "  IDLE_TARGETS which targets it measures (plain,embedded,distributed) and IDLE_PATHS which paths (/extension,/mcp,/hub,/tabs,/v0/ws; all by default),",
+      "  IDLE_HEAP_SNAPSHOTS=<dir> where it writes a heap snapshot of each process before and after."
     ].join("\n")
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)

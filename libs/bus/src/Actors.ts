@@ -11,16 +11,17 @@ import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type BusShape, type Headers, text, toBytes } from "./Bus.ts"
+import { Bus, type BusMessage, type BusShape, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed, type TypedBucket } from "./Kv.ts"
-import { Mailbox } from "./Mailbox.ts"
+import { type Envelope, Mailbox } from "./Mailbox.ts"
 import type * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
 
@@ -359,6 +360,13 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     }
     const replica = options.replica ?? randomUUID()
     const meter = Instruments.actorHost(yield* Metrics, options.service)
+    /**
+     * What ends each actor whose mailbox runs, as this replica stops, without `onClosed`: its
+     * state stays in KV for the replica that adopts it. Registered before `fibers`, so it runs
+     * once the handlers in flight are interrupted.
+     */
+    const live = new Map<Subjects.ConnId, { readonly stop: (interruptor: FiberId.FiberId) => Effect.Effect<void> }>()
+    yield* Effect.addFinalizer(() => Effect.fiberIdWith((id) => Effect.forEach([...live.values()], (actor) => actor.stop(id), { discard: true })))
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
@@ -382,7 +390,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     /** Actors adopted by hand-off whose mailbox waits for what the old owner forwards. */
     const awaitingForward = new Map<Subjects.ConnId, (forwarded: ReadonlyArray<BusMessage>) => void>()
     /** Ends a handed-over actor without `onClosed`. */
-    const enders = new Map<Subjects.ConnId, () => void>()
+    const enders = new Map<Subjects.ConnId, { readonly end: (why: "handed-over") => void }>()
     /** Actors being built; a stopping replica waits for them before it hands its actors over. */
     let starting = 0
     const counts: HandoffCounts = { handedOver: 0, adopted: 0, failed: 0 }
@@ -395,10 +403,122 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       readonly claim: Effect.Effect<boolean>
     }
 
+    /** An actor's handle on its connection; built out here, so that its closures hold only these. */
+    const connectionOf = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent, http: boolean): Connection => ({
+      id: connId,
+      edge: edgeId,
+      open: event,
+      user: event.claims?.sub,
+      send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
+      peer,
+      route,
+      close: http
+        ? (code, reason) => endActor(bus, options.service, connId, code, reason)
+        : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
+    })
+
+    /** Forgets an actor everywhere in the host; harmless when done twice. */
+    const forget = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, mailbox: Mailbox<R>) => {
+      mailbox.stop()
+      live.delete(connId)
+      owned.delete(connId)
+      hosted.delete(connId)
+      enders.delete(connId)
+      awaitingForward.delete(connId)
+      const local = byEdge.get(edgeId)
+      local?.delete(connId)
+      if (local?.size === 0) byEdge.delete(edgeId)
+    }
+
     /**
-     * Runs one connection's actor: subscribe, build, then handle its mailbox in order until the
-     * socket closes. `answer` tells the edge (on open), or the replica handing it over, whether
-     * the actor took the connection.
+     * What an actor is while its mailbox runs, until something ends it: its socket closed, its
+     * edge is gone, it was handed over, or this replica stops. No fiber waits for that: a fiber
+     * suspended for a connection's whole life, with its stack of continuations and its fiber refs,
+     * was most of what an idle connection cost (issue 16). The end forks a fiber that runs
+     * `onClosed` and closes the actor's scope. A class, so that every actor shares its methods
+     * rather than holding closures of its own.
+     */
+    class LiveActor implements Handoff.Handover<R> {
+      private marker: readonly [string, () => void] | undefined
+      private ending = false
+      private readonly done = Deferred.unsafeMake<void>(FiberId.none)
+      constructor(
+        readonly conn: Subjects.ConnId,
+        readonly edge: Subjects.EdgeId,
+        readonly open: Edge.OpenEvent,
+        readonly http: boolean,
+        readonly mailbox: Mailbox<R>,
+        readonly subscription: Subscription,
+        private readonly scope: Scope.CloseableScope,
+        private readonly actor: Actor<R, M>,
+        /** The actor's `onPeer`, or its typed `receive` behind the protocol's decoding. */
+        private readonly onPeer: ((message: BusMessage) => Effect.Effect<void, never, R> | void) | undefined
+      ) {}
+      get ended() {
+        return Deferred.await(this.done)
+      }
+      state() {
+        return this.actor.onHandoff?.()
+      }
+      expectMarker(token: string, reached: () => void) {
+        this.marker = [token, reached]
+      }
+      disown() {
+        owned.delete(this.conn)
+        hosted.delete(this.conn)
+      }
+      /** Handles the mailbox from here on (with what arrived before); the actor ends through `end` now. */
+      begin() {
+        live.set(this.conn, this)
+        this.mailbox.start((m) => this.handle(m))
+      }
+      private handle(m: Envelope): Effect.Effect<void, never, R> | void {
+        if (m === "edge-lost") return this.end([1006, "edge lost"])
+        const op = m.header(Subjects.Header.op)
+        if (op === "frame") return this.actor.onFrame(new IncomingFrame(m))
+        if (op === "peer") return this.onPeer?.(m)
+        if (op === "closed") {
+          this.end([Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""])
+        } else if (op === "marker" && this.marker !== undefined && this.marker[0] === m.header(Subjects.Header.handoff)) {
+          // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
+          this.mailbox.pause(this.marker[1])
+        }
+      }
+      /** Its last message was handled: `onClosed` and its record are left, in a fiber of its own. */
+      end(why: readonly [number, string] | "handed-over") {
+        if (this.ending) return
+        this.ending = true
+        Deferred.unsafeDone(this.done, Exit.void)
+        runFork(this.close(why))
+      }
+      private close(why: readonly [number, string] | "handed-over") {
+        const { actor, conn } = this
+        return Effect.suspend(() => {
+          // Stopped here and not in `end`: `end` may run inside the mailbox's own drain.
+          this.mailbox.stop()
+          // Handed over: the adopter owns the connection, its record and its session now.
+          if (why === "handed-over") return Effect.void
+          return Effect.zipRight(
+            actor.onClosed === undefined ? Effect.void : actor.onClosed(...why),
+            connections.delete(conn).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
+          )
+        }).pipe(
+          Effect.onExit((exit) => Scope.close(this.scope, exit)),
+          Effect.ensuring(Effect.sync(() => forget(this.conn, this.edge, this.mailbox))),
+          Effect.annotateLogs({ service: options.service, conn }),
+          Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
+        )
+      }
+      /** This replica stops and could not hand it over: it ends interrupted, without `onClosed`; its state stays in KV. */
+      stop(interruptor: FiberId.FiberId) {
+        return Effect.zipRight(Scope.close(this.scope, Exit.interrupt(interruptor)), Effect.sync(() => forget(this.conn, this.edge, this.mailbox)))
+      }
+    }
+
+    /**
+     * Runs one connection's actor: subscribe, build, then hand its mailbox to a `LiveActor`.
+     * `answer` tells the edge (on open), or the replica handing it over, whether the actor took
+     * the connection. This fiber ends once the mailbox runs.
      */
     const run = (
       connId: Subjects.ConnId,
@@ -421,22 +541,11 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
       return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
         // A queue group of one, but for a hand-off, when the old and the new owner share it.
-        const subscription = yield* Scope.extend(bus.subscribe(subject, (m) => mailbox.offer(m), { queue }), scope)
+        // Bound rather than a closure here, which would keep this function's variables alive.
+        const subscription = yield* Scope.extend(bus.subscribe(subject, mailbox.offer.bind(mailbox), { queue }), scope)
         // The old owner leaves once this returns: the server must know the new member by then.
         if (adoption !== undefined) yield* bus.flush
-        const connection: Connection = {
-          id: connId,
-          edge: edgeId,
-          open: event,
-          user: event.claims?.sub,
-          send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
-          peer,
-          route,
-          close: http
-            ? (code, reason) => endActor(bus, options.service, connId, code, reason)
-            : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
-        }
-        const made = yield* Effect.exit(Scope.extend(options.make(connection, restored, adoption?.state), scope))
+        const made = yield* Effect.exit(Scope.extend(options.make(connectionOf(connId, edgeId, event, http), restored, adoption?.state), scope))
         const claimed = Exit.isSuccess(made) && adoption !== undefined ? yield* adoption.claim : true
         if (Exit.isFailure(made) || !claimed) {
           const refusal = Exit.isFailure(made)
@@ -449,10 +558,10 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
             })
           )
           yield* Scope.close(scope, Exit.void)
-          return
+          return false
         }
-        const actor = made.value
-        const onPeer = options.protocol !== undefined && actor.receive !== undefined ? options.protocol.inbox(bus, actor.receive) : actor.onPeer
+        const actorMade = made.value
+        const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : actorMade.onPeer
         if (!http) {
           let local = byEdge.get(edgeId)
           if (!local) byEdge.set(edgeId, (local = new Map()))
@@ -460,51 +569,16 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         }
         owned.set(connId, mailbox)
         yield* meter.hosting(event, scope)
-
-        /** Ends the actor: the socket closed, its edge is gone, or it was handed over. */
-        const ended = yield* Deferred.make<readonly [number, string] | "handed-over">()
-        let marker: readonly [string, () => void] | undefined
-        hosted.set(connId, {
-          conn: connId,
-          edge: edgeId,
-          open: event,
-          http,
-          mailbox,
-          subscription,
-          state: () => actor.onHandoff?.(),
-          ended: Effect.asVoid(Deferred.await(ended)),
-          expectMarker: (token, reached) => {
-            marker = [token, reached]
-          },
-          disown: () => {
-            owned.delete(connId)
-            hosted.delete(connId)
-          }
-        })
-        enders.set(connId, () => Deferred.unsafeDone(ended, Exit.succeed("handed-over" as const)))
+        const actor = new LiveActor(connId, edgeId, event, http, mailbox, subscription, scope, actorMade, onPeer)
+        hosted.set(connId, actor)
+        enders.set(connId, actor)
         // What reached the old owner after it paused comes first, then what came here: the
         // forward may arrive as soon as the old owner hears the answer.
-        const forwarded = yield* Deferred.make<ReadonlyArray<BusMessage>>()
-        if (adoption !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
+        const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
+        if (forwarded !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
         ready()
         yield* answer({ ok: true })
-
-        const begin = () =>
-          mailbox.start((m) => {
-            if (m === "edge-lost") return void Deferred.unsafeDone(ended, Exit.succeed([1006, "edge lost"] as const))
-            const op = m.header(Subjects.Header.op)
-            if (op === "frame") return actor.onFrame(new IncomingFrame(m))
-            if (op === "peer") return onPeer?.(m)
-            if (op === "closed") {
-              const code = Number(m.header(Subjects.Header.code) ?? 1005)
-              Deferred.unsafeDone(ended, Exit.succeed([code, m.header(Subjects.Header.reason) ?? ""] as const))
-            } else if (op === "marker" && marker !== undefined && marker[0] === m.header(Subjects.Header.handoff)) {
-              // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
-              mailbox.pause(marker[1])
-            }
-          })
-        if (adoption === undefined) begin()
-        else {
+        if (forwarded !== undefined) {
           const messages = yield* Deferred.await(forwarded).pipe(
             Effect.timeout(grace),
             Effect.tapError(() => Effect.logWarning("the replica that handed this connection over forwarded nothing; starting without")),
@@ -512,34 +586,20 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
           )
           awaitingForward.delete(connId)
           mailbox.prepend(messages)
-          begin()
         }
-        const end = yield* Deferred.await(ended)
-        mailbox.stop()
-        // Handed over: the adopter owns the connection, its record and its session now.
-        if (end === "handed-over") return
-        const [code, reason] = end
-        if (actor.onClosed) yield* actor.onClosed(code, reason)
-        yield* connections.delete(connId).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
-      }).pipe(Effect.onExit((exit) => Scope.close(scope, exit)))).pipe(
-        // When this replica stops, an actor it could not hand over ends without `onClosed`: its
-        // state stays in KV for the replica that adopts it.
-        Effect.ensuring(
-          Effect.sync(() => {
-            ready()
-            mailbox.stop()
-            owned.delete(connId)
-            hosted.delete(connId)
-            enders.delete(connId)
-            awaitingForward.delete(connId)
-            const local = byEdge.get(edgeId)
-            local?.delete(connId)
-            if (local?.size === 0) byEdge.delete(edgeId)
-          })
+        actor.begin()
+        return true
+      }).pipe(
+        // The actor runs on without this fiber once its mailbox started; otherwise it ends here.
+        Effect.onExit((exit) =>
+          Exit.isSuccess(exit) && exit.value
+            ? Effect.void
+            : Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit), Effect.sync(() => forget(connId, edgeId, mailbox)))
         ),
+        Effect.ensuring(Effect.sync(ready)),
         Effect.annotateLogs({ service: options.service, conn: connId }),
         Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
-      )
+      ))
     }
 
     const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
@@ -658,7 +718,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
                 handed++
                 counts.handedOver++
                 meter.handedOff()
-                enders.get(h.conn)?.()
+                enders.get(h.conn)?.end("handed-over")
               })
             ),
             Effect.catchAll((e) => Effect.zipRight(failed(e.reason), Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`))),

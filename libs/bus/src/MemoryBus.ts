@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { randomUUID } from "node:crypto"
+import { acquireReleaseSync } from "./ActorResource.ts"
 import {
   Bus,
   BusError,
@@ -147,15 +148,16 @@ export const makeBus = (): BusShape => {
     if (list.length === 0) exact.delete(s.subject)
   }
 
+  // Not Effect.acquireRelease: one subscription per connection, whose release needs no fiber refs of its own.
   const subscribe: BusShape["subscribe"] = (subject, handler, options) =>
-    Effect.acquireRelease(
+    acquireReleaseSync(
       Effect.suspend(() => {
         if (isClosed) return Effect.fail(closed())
         const s: Subscriber = { subject, queue: options?.queue, handler }
         add(s)
         return Effect.succeed(s)
       }),
-      (s) => Effect.sync(() => remove(s))
+      remove
     ).pipe(
       // Deliveries are looked up when they run, so a member that leaves misses nothing: what was
       // published before goes to the members left.

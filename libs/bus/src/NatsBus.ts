@@ -50,6 +50,7 @@ import {
 import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
 import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "./internal/NatsShims.ts"
+import { acquireReleaseSync } from "./ActorResource.ts"
 import * as KvMetrics from "./KvMetrics.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
@@ -200,8 +201,9 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
   const publish: BusShape["publish"] = (subject, data, headers) =>
     Effect.try({ try: () => unsafePublish(subject, data, headers), catch: (e) => (e instanceof BusError ? e : busError("Publish", subject)(e)) })
 
+  // Not Effect.acquireRelease: one subscription per connection, whose release needs no fiber refs of its own.
   const subscribe: BusShape["subscribe"] = (subject, handler, options) =>
-    Effect.acquireRelease(
+    acquireReleaseSync(
       Effect.try({
         try: () =>
           nc.subscribe(prefix + subject, {
@@ -213,7 +215,7 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
           }),
         catch: busError("Subscribe", `subscribe to ${subject} failed`)
       }),
-      (sub) => Effect.sync(() => sub.isClosed() || sub.unsubscribe())
+      (sub) => void (sub.isClosed() || sub.unsubscribe())
     ).pipe(Effect.map((sub) => ({
       drain: Effect.promise(() => (sub.isClosed() || nc.isClosed() ? Promise.resolve() : sub.drain().catch(() => undefined)))
     })))

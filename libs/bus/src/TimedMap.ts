@@ -1,5 +1,6 @@
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import { acquireReleaseSync } from "./ActorResource.ts"
 
 /**
  * A Map whose entries expire a fixed time after they were set: an actor's requests in flight, each
@@ -22,7 +23,7 @@ export class TimedMap<K, V> {
    * drains, or to a client the new owner already answers.
    */
   static make<K, V>(millis: number, onExpired: (key: K, value: V) => void, inFlight?: InFlight): Effect.Effect<TimedMap<K, V>, never, Scope.Scope> {
-    return Effect.acquireRelease(Effect.sync(() => new TimedMap<K, V>(millis, onExpired, inFlight)), (map) => Effect.sync(() => map.clear()))
+    return acquireReleaseSync(Effect.sync(() => new TimedMap<K, V>(millis, onExpired, inFlight)), (map) => map.clear())
   }
 
   private readonly entries_ = new Map<K, { readonly value: V; readonly expiresAt: number }>()

@@ -1,4 +1,6 @@
 export * as Actors from "./Actors.ts"
+export * as ActorResource from "./ActorResource.ts"
+export * as ActorTimer from "./ActorTimer.ts"
 export * as Bus from "./Bus.ts"
 export * as BusConfig from "./Config.ts"
 export * as Journal from "./Journal.ts"

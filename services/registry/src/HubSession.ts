@@ -11,7 +11,6 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
-import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
@@ -46,7 +45,16 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
   Effect.gen(function*() {
     const { auth, config, deadline, forget, httpSessions, link, recall, remember, traced, views } = replica
     const scope = yield* Effect.scope
-    const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
+    /** Requests this actor started (a tab to open), which end with it; a set only once there is one. */
+    let started: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
+    yield* Scope.addFinalizer(scope, Effect.suspend(() => (started === undefined ? Effect.void : Fiber.interruptAll(started))))
+    // The service's runtime rather than a FiberSet per actor: one costs a Runtime and fiber refs
+    // for every idle session (issue 16), while few sessions ever open a tab.
+    const runFork = <A, E>(effect: Effect.Effect<A, E>) => {
+      const fiber = replica.runService(effect)
+      ;(started ??= new Set()).add(fiber)
+      fiber.addObserver(() => started?.delete(fiber))
+    }
     let user = conn.user
     const http = conn.open.transport === "http"
     // A Streamable HTTP session is opened by the edge with the request's verified token, and never authenticates in-band.
@@ -148,7 +156,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
           return close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
         }
         if (view === undefined) {
-          if (authTimer !== undefined) yield* Fiber.interrupt(authTimer)
+          authTimer?.cancel()
           yield* attach(claims.right.sub)
           yield* remember(conn, { role: "hub", user: claims.right.sub })
         }

@@ -4,10 +4,11 @@
  * per replica (`Registry.ts`); each session takes what it needs from it.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, ConnectionLimit, Kv, Subjects } from "@switchboard/bus"
+import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Subjects } from "@switchboard/bus"
 import { Edge, Registry } from "@switchboard/protocol"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as RegistryConfig from "./Config.ts"
 import * as Views from "./Views.ts"
@@ -41,11 +42,14 @@ export const make = Effect.gen(function*() {
     },
     maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser
   }
+  // Fibers an actor starts now and then (a tab to open) run here, not in a FiberSet per actor.
+  const runService = yield* FiberSet.makeRuntime<never>()
   const sessions = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord))
   return {
     auth,
     bus,
     link,
+    runService,
     config,
     traced: Option.isSome(tracer),
     inFlight: Instruments.requests(metrics, "registry"),
@@ -59,8 +63,7 @@ export const make = Effect.gen(function*() {
     views: yield* Views.make,
     ...sessions,
     /** Closes the socket unless it has said who it is in time. */
-    deadline: (conn: Actors.Connection, reason: string) =>
-      Effect.sleep(config.authTimeout).pipe(Effect.zipRight(Effect.sync(() => conn.close(Edge.CloseCode.PolicyViolation, reason))), Effect.forkScoped)
+    deadline: (conn: Actors.Connection, reason: string) => ActorTimer.after(config.authTimeout, () => conn.close(Edge.CloseCode.PolicyViolation, reason))
   }
 })
 

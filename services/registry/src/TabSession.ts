@@ -8,7 +8,6 @@ import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Rejections from "./Rejections.ts"
@@ -104,7 +103,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
           yield* save({ ...tab, url, ...(title === undefined ? {} : { title }), activatedAt: active === true ? Date.now() : tab.activatedAt })
           return answer(id, { domain, tabId })
         }
-        if (helloTimer !== undefined) yield* Fiber.interrupt(helloTimer)
+        helloTimer?.cancel()
         key = Subjects.Key.tab(user, domain, tabId)
         // A page reload reconnects with the same tab id: the new socket replaces the old one.
         const previous = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))

@@ -15,7 +15,7 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import * as CallOutcome from "./CallOutcome.ts"
 import type * as HubTransport from "./HubTransport.ts"
@@ -149,7 +149,8 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
     // A call's own timers (waiting for a tab, a retry's pause) end with the actor too, for any
     // reason. An actor that ends interrupted was neither closed nor handed over: its replica
     // stopped with no other to take the session. Its calls get an error now rather than silence.
-    yield* Effect.addFinalizer((exit) =>
+    // Scope.addFinalizerExit, not Effect.addFinalizer: that one keeps a copy of this fiber's refs.
+    yield* Scope.addFinalizerExit(yield* Effect.scope, (exit) =>
       Effect.sync(() => {
         stopTimers()
         if (Exit.isSuccess(exit)) return

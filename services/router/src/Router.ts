@@ -7,13 +7,12 @@
  * extension's actor then asks it as the proxy itself, with `proxy:` ids, and owns those requests.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -141,9 +140,8 @@ export const make = Effect.gen(function*() {
   yield* Effect.sync(() => {
     for (const user of userBudgets.keys()) if (clientSeats.count(user) === 0) userBudgets.delete(user)
   }).pipe(Effect.repeat(Schedule.spaced("1 minute")), Effect.forkScoped)
-  /** The status keepalive, for as long as the connection's scope lives. */
-  const keepalive = (scope: Scope.Scope, send: () => void) =>
-    Effect.sync(send).pipe(Effect.delay(config.statusInterval), Effect.forever, Effect.forkIn(scope))
+  /** The status keepalive, for as long as the connection's scope lives (a timer, not a fiber: issue 16). */
+  const keepalive = (scope: Scope.Scope, send: () => void) => Scope.extend(ActorTimer.every(config.statusInterval, send), scope)
 
   // --- the extension's actor ---------------------------------------------------------------
 
@@ -164,7 +162,7 @@ export const make = Effect.gen(function*() {
       if (Option.isSome(handed) && handed.value.role === "extension") {
         for (const { id, reply } of handed.value.internal) internal.set(id, replyTo(reply))
       }
-      let timeout: Fiber.RuntimeFiber<void> | undefined
+      let timeout: ActorTimer.ActorTimer | undefined
 
       const announce = () => {
         conn.send(status(true, attached.size))
@@ -192,10 +190,7 @@ export const make = Effect.gen(function*() {
       }
       if (ext === undefined) {
         conn.send(AUTH_REQUEST)
-        timeout = yield* Effect.sleep(config.authTimeout).pipe(
-          Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no answer to authenticate"))),
-          Effect.forkScoped
-        )
+        timeout = yield* ActorTimer.after(config.authTimeout, () => conn.close(CloseCode.PolicyViolation, "Authentication failed: no answer to authenticate"))
       }
 
       const authenticate = (response: Record<string, unknown>) =>
@@ -215,7 +210,7 @@ export const make = Effect.gen(function*() {
             yield* Effect.logWarning(`refused an extension of ${user}: it has ${config.maxExtensionsPerUser} on this replica`)
             return conn.close(CloseCode.PolicyViolation, `Too many connections for this user (limit ${config.maxExtensionsPerUser} extensions)`)
           }
-          if (timeout !== undefined) yield* Fiber.interrupt(timeout)
+          timeout?.cancel()
           const clientId = answer.right.client_id
           const id = clientId === undefined ? `ext-${randomUUID()}` : yield* stableId(user, clientId)
           const key = Subjects.Key.userExtension(user, id)
@@ -431,10 +426,9 @@ export const make = Effect.gen(function*() {
       }
       // An anonymous socket would hold its place forever: as on /extension, authenticating has a
       // deadline. Failed attempts don't extend it; an adopted socket that had authenticated has none.
-      const deadline = user !== undefined ? undefined : yield* Effect.sleep(config.authTimeout).pipe(
-        Effect.zipRight(Effect.sync(() => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))),
-        Effect.forkScoped
-      )
+      const deadline = user !== undefined
+        ? undefined
+        : yield* ActorTimer.after(config.authTimeout, () => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))
       const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)), inFlight)
       // Requests in flight at the replica that handed this socket over: their answers come here.
       const handed = decodeHandoff(handedOver)
@@ -476,7 +470,7 @@ export const make = Effect.gen(function*() {
             yield* Effect.logWarning(`refused an MCP client of ${who}: it has ${config.maxClientsPerUser} on this replica`)
             return send(failure(request.id, ErrorCode.ServerError, `Too many connections for this user (limit ${config.maxClientsPerUser} MCP clients)`))
           }
-          if (deadline !== undefined) yield* Fiber.interrupt(deadline)
+          deadline?.cancel()
           user = who
           yield* remember(conn, { role: "client", user })
           send(result(request.id, { authenticated: true, user_id: user, mcp_client_id: `mcp-${randomUUID()}` }))
