@@ -268,6 +268,10 @@ const KEYS_BOUND = "250 millis"
 /** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
 const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>, writeRetry: Duration.DurationInput): KvBucketShape => {
   const write = whileJetStreamUnavailable(writeRetry)
+  // A put or delete that timed out (its leader died before acknowledging it) may have been applied
+  // or not; doing it again leaves the same state, so it is tried again too. A compare-and-set is
+  // not: done twice, it would conflict with itself.
+  const idempotentWrite = whileJetStreamUnavailable(writeRetry, isUnavailableOrTimedOut)
   const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
   const streamName = `KV_${full}`
   const lastSeq = async () => (await (await jsm()).streams.info(streamName)).state.last_seq
@@ -298,10 +302,10 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
       ),
     // Writes ride out a leader election: a heartbeat that fails for its whole duration lets the
     // replica's key lapse, and survivors adopt connections that are still served.
-    put: (key, value) => write(Effect.tryPromise({ try: () => kv.put(key, value), catch: kvError(`put ${key}`) })),
+    put: (key, value) => idempotentWrite(Effect.tryPromise({ try: () => kv.put(key, value), catch: kvError(`put ${key}`) })),
     create: (key, value) => write(claim("create", key, "Exists", () => kv.create(key, value))),
     update: (key, value, revision) => write(claim("update", key, "WrongRevision", () => kv.update(key, value, revision))),
-    delete: (key) => write(Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) })),
+    delete: (key) => idempotentWrite(Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) })),
     keys: (filter) =>
       Effect.tryPromise({
         try: async (signal) => {
