@@ -15,11 +15,11 @@ import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Processes from "./support/Processes.ts"
+import { sseStream } from "./support/Sse.ts"
 import { busLayer, namespace, stack, token } from "./support/Stack.ts"
 import { hub, page, progressPage, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
@@ -66,55 +66,6 @@ const initialize = (base: string, t: string, protocolVersion = INIT.params.proto
     const session = r.headers.get("mcp-session-id")
     if (session === null) return yield* Effect.dieMessage("initialize returned no Mcp-Session-Id")
     return session
-  })
-
-/** SSE events of a GET stream opened with plain fetch, into a queue; the stream ends with the scope. */
-const sseStream = (base: string, t: string, session: string, version: string, lastEventId?: string) =>
-  Effect.gen(function*() {
-    const events = yield* Queue.unbounded<{ readonly id: string | undefined; readonly data: string }>()
-    const ended = yield* Deferred.make<void>()
-    const abort = new AbortController()
-    yield* Effect.addFinalizer(() => Effect.sync(() => abort.abort()))
-    const res = yield* Effect.promise(() =>
-      fetch(`${base}/hub`, {
-        method: "GET",
-        signal: abort.signal,
-        headers: { authorization: `Bearer ${t}`, accept: "text/event-stream", "mcp-session-id": session, "mcp-protocol-version": version, ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId }) }
-      })
-    )
-    expect(res.status).toBe(200)
-    expect(res.headers.get("content-type")).toBe("text/event-stream")
-    const body = res.body
-    if (body === null) return yield* Effect.dieMessage("no body")
-    void (async () => {
-      const decoder = new TextDecoder()
-      let buffered = ""
-      const reader = body.getReader()
-      try {
-        for (;;) {
-          const { done, value } = await reader.read()
-          if (done) break
-          buffered += decoder.decode(value, { stream: true })
-          let at: number
-          while ((at = buffered.indexOf("\n\n")) >= 0) {
-            const block = buffered.slice(0, at)
-            buffered = buffered.slice(at + 2)
-            let id: string | undefined
-            const data: Array<string> = []
-            for (const line of block.split("\n")) {
-              if (line.startsWith("id: ")) id = line.slice(4)
-              else if (line.startsWith("data: ")) data.push(line.slice(6))
-            }
-            if (data.length > 0) Queue.unsafeOffer(events, { id, data: data.join("\n") })
-          }
-        }
-      } catch {
-        // aborted or cut
-      }
-      Deferred.unsafeDone(ended, Exit.void)
-    })()
-    const next = Queue.take(events).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("no SSE event within 10 s") }), Effect.orDie)
-    return { next, ended: Deferred.await(ended) }
   })
 
 describe("/hub over Streamable HTTP", () => {

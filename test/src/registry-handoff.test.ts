@@ -15,6 +15,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import type { TestClient } from "./support/Client.ts"
 import type { Message } from "./support/ProxyPeers.ts"
+import { sseStream } from "./support/Sse.ts"
 import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
 import { throughStop } from "./support/Traffic.ts"
 import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
@@ -126,6 +127,14 @@ describe("registry hand-off", () => {
         listed = ((r.body.result as { tools: Array<{ name: string }> }).tools).some((tool) => tool.name === TOOL)
       }
       yield* start
+      // The session's GET stream, open across the stop: a change before it and one after it arrive
+      // there, the second with the next id of the same epoch.
+      const stream = yield* sseStream(base, t, session, "2025-06-18")
+      const changed = { jsonrpc: "2.0", method: "notifications/tools/list_changed" }
+      tab.send(tabFrames.register([tabFrames.tool("echo"), tabFrames.tool("before")], "before"))
+      expect(yield* next(tab)).toMatchObject({ id: "before" })
+      const before = yield* stream.next
+      expect(JSON.parse(before.data)).toEqual(changed)
 
       // Every call waits at the tab, its POST open at the edge, while the replica stops.
       const calls = 20
@@ -146,5 +155,11 @@ describe("registry hand-off", () => {
       expect(got.map((r) => r.body)).toEqual(
         Array.from({ length: calls }, (_, i) => ({ jsonrpc: "2.0", id: i + 1, result: { content: [{ type: "text", text: `echo ${i + 1}` }] } }))
       )
+      tab.send(tabFrames.register([tabFrames.tool("echo"), tabFrames.tool("before"), tabFrames.tool("after")], "after"))
+      expect(yield* next(tab)).toMatchObject({ id: "after" })
+      const after = yield* stream.next
+      expect(JSON.parse(after.data)).toEqual(changed)
+      const [epoch, n] = (before.id ?? "").split(".")
+      expect(after.id).toBe(`${epoch}.${Number(n) + 1}`)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })

@@ -251,9 +251,20 @@ export const HubHandoff = Schema.Struct({
     /** The attempt in flight, and the tab it went to. */
     mapped: Schema.optional(Schema.String),
     tab: Schema.optional(Schema.Struct({ conn: Schema.String, edge: Schema.String, domain: Schema.String, tabId: Schema.Number }))
+  })),
+  /**
+   * A Streamable HTTP session's events: the epoch and count its event ids go on from, those kept
+   * for resumption, and the GET stream that is open (its edge and exchange), which stays open.
+   */
+  stream: Schema.optional(Schema.Struct({
+    epoch: Schema.String,
+    seq: Schema.Number,
+    events: Schema.Array(Schema.Struct({ id: Schema.String, seq: Schema.Number, at: Schema.Number, data: Schema.String })),
+    open: Schema.optional(Schema.Struct({ edge: Schema.String, exchange: Schema.String }))
   }))
 })
 export type HubHandoff = typeof HubHandoff.Type
+export type HttpStreamState = NonNullable<HubHandoff["stream"]>
 
 /** The `kind` header of peer messages between registry actors. */
 export const PeerKind = {

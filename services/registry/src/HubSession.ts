@@ -69,7 +69,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       }
       yield* Effect.addFinalizer(() => Effect.sync(release))
     }
-    const transport = http ? yield* HubTransport.http(conn, link, config.http) : HubTransport.webSocket(conn)
+    const transport = http ? yield* HubTransport.http(conn, link, config.http, ToolCall.handedStream(handedOver)) : HubTransport.webSocket(conn)
     let view: Views.View | undefined
     /** Set once `initialize` was answered. */
     let protocolVersion: string | undefined
@@ -248,7 +248,10 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
         return forget(conn)
       })
 
-    const onHandoff = (): Registry.HubHandoff => ({ role: "hub", ...calls.handOff() })
+    const onHandoff = (): Registry.HubHandoff => {
+      const stream = transport.handOff()
+      return { role: "hub", ...calls.handOff(), ...(stream === undefined ? {} : { stream }) }
+    }
 
     // A tab that closed while the session moved: its calls are retried, as on any wake.
     if (calls.resume(handedOver, transport) > 0) {

@@ -40,6 +40,8 @@ export interface HubTransport {
   readonly close: (code: number, reason: string) => void
   /** The session ended: an open GET stream ends with it. */
   readonly ended: () => void
+  /** The session moves to another replica: what its events need there (HTTP only). */
+  readonly handOff: () => Registry.HttpStreamState | undefined
 }
 
 /** Everything down the socket. */
@@ -53,7 +55,8 @@ export const webSocket = (conn: Actors.Connection): HubTransport => {
     control: () => false,
     push: conn.send,
     close: conn.close,
-    ended: () => {}
+    ended: () => {},
+    handOff: () => undefined
   }
 }
 
@@ -76,20 +79,24 @@ const noExchange: Exchange = { reply: () => {}, notify: () => {}, end: () => {},
 
 /**
  * A Streamable HTTP session. Its timers live in the actor's scope. Event ids are `<epoch>.<n>`:
- * an actor adopted by another replica starts a new epoch, so an id from before can't be taken
- * for one of its own.
+ * an actor adopted by another replica after a crash starts a new epoch, so an id from before
+ * can't be taken for one of its own. One handed over (`handedOver`) goes on with the old epoch,
+ * its kept events and its open GET stream, so its client sees no seam.
  */
 export const http = (
   conn: Actors.Connection,
   link: Effect.Effect.Success<typeof Actors.edgeLink>,
-  options: HttpOptions
+  options: HttpOptions,
+  handedOver?: Registry.HttpStreamState
 ): Effect.Effect<HubTransport, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const epoch = Date.now().toString(36)
-    let seq = 0
-    const buffer: Array<Buffered> = []
+    const epoch = handedOver?.epoch ?? Date.now().toString(36)
+    let seq = handedOver?.seq ?? 0
+    const buffer: Array<Buffered> = handedOver === undefined ? [] : [...handedOver.events]
     const ageMillis = Duration.toMillis(options.replayAge)
-    let stream: { readonly edge: Subjects.EdgeId; readonly exchange: string; readonly out: Actors.HttpExchange } | undefined
+    const attach = (edge: Subjects.EdgeId, exchange: string) => ({ edge, exchange, out: link.exchange(edge, conn.id, exchange) })
+    let stream: { readonly edge: Subjects.EdgeId; readonly exchange: string; readonly out: Actors.HttpExchange } | undefined =
+      handedOver?.open === undefined ? undefined : attach(Subjects.EdgeId(handedOver.open.edge), handedOver.open.exchange)
 
     const close = (code: number, reason: string) => conn.close(code, reason)
     const idle = setTimeout(() => close(1000, "session idle"), Duration.toMillis(options.idle))
@@ -113,8 +120,8 @@ export const http = (
       if (edge === undefined || exchange === undefined) return
       // One stream gets the session's events: a newer one takes over, and the older one ends.
       if (stream !== undefined && (stream.edge !== edge || stream.exchange !== exchange)) endStream()
-      const out = link.exchange(edge, conn.id, exchange)
-      stream = { edge, exchange, out }
+      stream = attach(edge, exchange)
+      const out = stream.out
       const after = frame.lastEventId
       // The acknowledgement, before anything else: the edge answers the GET only once the stream
       // is attached here, so a client that has its 200 misses nothing. Its id is where this
@@ -178,6 +185,12 @@ export const http = (
         stream?.out.send(data, { eventId: id })
       },
       close,
-      ended: endStream
+      ended: endStream,
+      handOff: () => ({
+        epoch,
+        seq,
+        events: [...buffer],
+        ...(stream === undefined ? {} : { open: { edge: stream.edge, exchange: stream.exchange } })
+      })
     } satisfies HubTransport
   })

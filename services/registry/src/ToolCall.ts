@@ -104,6 +104,10 @@ const answerOf = (call: Call, m: Record<string, unknown>): string => {
 
 const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
 
+/** The Streamable HTTP events a handed-over session brought along, if any. */
+export const handedStream = (handedOver: unknown): Registry.HttpStreamState | undefined =>
+  Option.getOrUndefined(Option.flatMapNullable(decodeHubHandoff(handedOver), (h) => h.stream))
+
 export interface ToolCalls {
   /** A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. */
   readonly start: (request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => void
