@@ -24,6 +24,9 @@ import type { Turn } from "./Turn.ts"
 
 const CloseCode = EdgeProtocol.CloseCode
 
+/** How many times `openTimeout` the edge still waits for a late answer to an open, to end its actor. */
+const LATE_ANSWERS = 3
+
 export interface SocketsOptions {
   readonly edgeId: Subjects.EdgeId
   readonly boundary: Boundary
@@ -363,18 +366,30 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       }
     }
 
-    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) =>
-      Actors.requestOpen(bus, s.route.service, s.id, edgeId, event, options.openTimeout).pipe(
+    /** How long a socket waits for its service; the answer itself is awaited `LATE_ANSWERS` times as long. */
+    const openMillis = Duration.toMillis(Duration.decode(options.openTimeout))
+
+    /**
+     * The socket waits `openTimeout` for its service and is then closed 1013. The answer is still
+     * awaited a while: a replica that made the actor late (or whose answer was lost) is told
+     * "closed" once it answers, so that actor ends instead of living on for a socket that is gone.
+     */
+    const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) => {
+      const giveUp = (reason: string) => {
+        closeSocket(s, CloseCode.TryAgainLater, reason)
+        tellClosed(s, CloseCode.TryAgainLater, reason)
+      }
+      const patience = setTimeout(() => {
+        if (s.state === "opening") giveUp(`${s.route.service} service did not answer`)
+      }, openMillis)
+      return Actors.requestOpen(bus, s.route.service, s.id, edgeId, event, openMillis * LATE_ANSWERS).pipe(
+        Effect.ensuring(Effect.sync(() => clearTimeout(patience))),
         Effect.match({
           onFailure: (e) => {
             if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
-            // A replica may have made the actor and answered too late, or lost the answer: told the
-            // socket is gone, that actor ends instead of living on for a socket nobody has.
-            const [code, reason] = e._tag === "RequestTimeout"
-              ? [CloseCode.TryAgainLater, `${s.route.service} service did not answer`]
-              : [CloseCode.InternalError, "could not start the session"]
-            closeSocket(s, code, reason)
-            tellClosed(s, code, reason)
+            if (e._tag === "RequestTimeout") return giveUp(`${s.route.service} service did not answer`)
+            closeSocket(s, CloseCode.InternalError, "could not start the session")
+            tellClosed(s, CloseCode.InternalError, "could not start the session")
           },
           onSuccess: (reply) => {
             if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
@@ -388,6 +403,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
           }
         })
       )
+    }
 
     const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
       const id = Subjects.ConnId(randomUUID())

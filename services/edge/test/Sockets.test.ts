@@ -203,7 +203,7 @@ describe("the edge's socket I/O", () => {
       expect(yield* closedWith(yield* connect(nobody.url))).toEqual({ code: 1013, reason: "echo service unavailable" })
     }).pipe(Effect.provide(env)))
 
-  it.scopedLive("tells the service a socket it answered too late for is closed, so a late actor does not outlive it", () =>
+  it.scopedLive("tells the service a socket it answered too late for is closed, at the timeout and again at the late answer, so no late actor outlives it", () =>
     Effect.gen(function*() {
       const gate = yield* Deferred.make<void>()
       const io = yield* setup({ gate })
@@ -213,8 +213,10 @@ describe("the edge's socket I/O", () => {
       expect(yield* closedWith(a)).toEqual({ code: 1013, reason: "echo service did not answer" })
       const told = yield* take(io.seen)
       expect([told.op, told.conn, told.header(Subjects.Header.code)]).toEqual(["closed", conn, "1013"])
-      // The late answer changes nothing: no frame and no second notice follow.
+      // The late answer (an actor the service made after all) is told again, now that it listens.
       yield* Deferred.succeed(gate, undefined)
+      const again = yield* take(io.seen)
+      expect([again.op, again.conn, again.header(Subjects.Header.code)]).toEqual(["closed", conn, "1013"])
       yield* io.probe(conn)
       expect((yield* take(io.seen)).op).toBe("probe")
     }).pipe(Effect.provide(env)))
