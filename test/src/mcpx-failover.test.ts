@@ -6,23 +6,18 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Broker } from "@switchboard/broker"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
-import { Edge } from "@switchboard/edge"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import { join, type Participant } from "./support/Participants.ts"
-import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+import { natsEdge, replica } from "./support/Stack.ts"
 
 const env = { BROKER_REPLICA_HEARTBEAT: "200 millis" }
 
 describe("broker replicas", () => {
   it.scopedLive("a stopped replica's room carries on at the other", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const start = replica(Broker.layer, servers, ns, env)
 
       const first = yield* start
@@ -68,10 +63,7 @@ describe("broker replicas", () => {
 describe("broker replicas whose heartbeat lapsed", () => {
   it.scopedLive("a sequencer whose key lapsed in KV but still runs keeps its topic: a join at the other replica does not take it over", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
       const claims = yield* kv.bucket(Subjects.Bucket.topics)

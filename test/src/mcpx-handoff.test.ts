@@ -7,7 +7,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Broker } from "@switchboard/broker"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
-import { Edge } from "@switchboard/edge"
 import { Mcpx } from "@switchboard/protocol"
 import { NatsServer } from "@switchboard/testing"
 import { randomUUID } from "node:crypto"
@@ -15,12 +14,11 @@ import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import { type Envelope, join, open, type Participant } from "./support/Participants.ts"
-import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+import { natsEdge, replica } from "./support/Stack.ts"
 
 // A slow heartbeat: without a hand-off, the survivor would adopt the stopped replica's sockets
 // and topic only seconds after it stopped, and frames sent meanwhile would be lost.
@@ -30,10 +28,7 @@ const TOPIC = "handoff"
 describe("broker hand-off", () => {
   it.scopedLive("a stopping replica hands its topic and sockets on under traffic: every envelope reaches everyone once, in one order", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const connections = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
       const claims = yield* kv.bucket(Subjects.Bucket.topics)
@@ -144,10 +139,7 @@ describe("broker hand-off", () => {
 describe("broker hand-off: sessions opened meanwhile", () => {
   it.scopedLive("sessions opened while a replica stops are welcomed and echoed, none left silent or replaced", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ws } = yield* natsEdge(env)
       const start = replica(Broker.layer, servers, ns, env)
       const first = yield* start
       // The first replica sequences the topic; the seed stays for the whole test.
@@ -217,10 +209,7 @@ describe("broker hand-off: sessions opened meanwhile", () => {
 describe("broker hand-off: a participant's newer socket", () => {
   it.scopedLive("an actor that moves after a newer socket of its participant joined closes its own socket, not the newer one", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const members = Kv.typed(yield* kv.bucket(Subjects.Bucket.members), Mcpx.Member)
       const start = replica(Broker.layer, servers, ns, env)

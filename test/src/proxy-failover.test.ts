@@ -13,7 +13,7 @@ import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import { connect } from "./support/Client.ts"
 import { call, type Message, next } from "./support/ProxyPeers.ts"
-import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { busLayer, namespace, natsEdge, replica, stack, token } from "./support/Stack.ts"
 
 const env = { ROUTER_REPLICA_HEARTBEAT: "200 millis" }
 
@@ -74,10 +74,7 @@ describe("router replicas", () => {
 describe("router replicas whose heartbeat lapsed", () => {
   it.scopedLive("a replica whose key lapsed in KV but still runs keeps its sockets: the other does not adopt them", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
       const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(

@@ -14,7 +14,7 @@ import * as Layer from "effect/Layer"
 import { connect, type TestClient } from "./support/Client.ts"
 import * as Processes from "./support/Processes.ts"
 import { call, type Message, next } from "./support/ProxyPeers.ts"
-import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { busLayer, namespace, natsEdge, replica, stack, token } from "./support/Stack.ts"
 import { throughStop } from "./support/Traffic.ts"
 import { until } from "./support/Until.ts"
 
@@ -112,10 +112,7 @@ describe("router hand-off", () => {
 describe("router hand-off to a replica still starting", () => {
   it.scopedLive("a replica stopped while the one replacing it still starts waits for it, and hands every socket to it", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const owners = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord).values().pipe(
         Effect.map((rs) => rs.map((r) => r.value.replica)),
@@ -150,10 +147,7 @@ describe("router hand-off to a replica still starting", () => {
 describe("router hand-off with an actor whose socket is gone", () => {
   it.scopedLive("an actor whose socket its edge no longer knows holds the stop for the marker's timeout only; the others are handed over", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = (ctx.unsafeMap.get(Edge.EdgeServer.key) as Edge.EdgeServerShape).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const bus = ctx.unsafeMap.get(Bus.Bus.key) as Bus.BusShape
       const kv = ctx.unsafeMap.get(Kv.Kv.key) as Kv.KvShape
       const records = Kv.typed(yield* kv.bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)

@@ -6,14 +6,12 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Actors, Kv, Subjects } from "@switchboard/bus"
-import { Edge } from "@switchboard/edge"
 import { Registry } from "@switchboard/registry"
 import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+import { natsEdge, replica } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 const env = { REGISTRY_REPLICA_HEARTBEAT: "200 millis" }
@@ -23,10 +21,7 @@ const call = (client: Client, name: string, text: string) => Effect.promise(() =
 describe("registry replicas", () => {
   it.scopedLive("a stopped replica's /hub session and tab carry on at the other, on the same sockets", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const start = replica(Registry.layer, servers, ns, env)
 
       const first = yield* start

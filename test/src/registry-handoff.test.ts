@@ -16,7 +16,7 @@ import * as Layer from "effect/Layer"
 import type { TestClient } from "./support/Client.ts"
 import type { Message } from "./support/ProxyPeers.ts"
 import { sseStream } from "./support/Sse.ts"
-import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
+import { busLayer, namespace, natsEdge, replica, stack, token } from "./support/Stack.ts"
 import { throughStop } from "./support/Traffic.ts"
 import { rawHub, rawTab, tabFrames } from "./support/Tabs.ts"
 
@@ -31,10 +31,7 @@ const next = (c: TestClient) => c.next as Effect.Effect<Message>
 describe("registry hand-off", () => {
   it.scopedLive("a stopping replica hands its /hub session and tab over with calls in flight: none lost, none answered wrong", () =>
     Effect.gen(function*() {
-      const { servers } = yield* NatsServer
-      const ns = namespace()
-      const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
-      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
+      const { servers, ns, ctx, ws } = yield* natsEdge(env)
       const start = replica(Registry.layer, servers, ns, env)
 
       const first = yield* start

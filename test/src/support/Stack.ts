@@ -6,6 +6,7 @@
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
 import { type Bus, type Journal, type Kv, MemoryBus, NatsBus } from "@switchboard/bus"
 import { Edge, type Routes } from "@switchboard/edge"
+import { NatsServer } from "@switchboard/testing"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
@@ -56,6 +57,19 @@ export const serve = (services: NonNullable<StackOptions["services"]>, env: Read
   Effect.map(Layer.build(stack(busLayer(), { services, env })), (ctx) => {
     const url = Context.get(ctx, Edge.EdgeServer).url
     return { ctx, url, ws: url.replace("http", "ws") }
+  })
+
+/**
+ * An edge with auth on the test's NATS, in a namespace of its own, for the tests that start and
+ * stop service replicas (`replica`) beside it: the servers and namespace those replicas join, the
+ * built context and the edge's ws:// base.
+ */
+export const natsEdge = (env: Readonly<Record<string, string>> = {}) =>
+  Effect.gen(function*() {
+    const { servers } = yield* NatsServer
+    const ns = namespace()
+    const ctx = yield* Layer.build(stack(busLayer(servers, ns), { env }))
+    return { servers, ns, ctx, ws: Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws") }
   })
 
 /** Signs a token with the test secret. */
