@@ -9,8 +9,8 @@ import { Edge } from "@switchboard/edge"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Net from "node:net"
-import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
+import type * as Net from "node:net"
+import { closedWith, connect, rawStatus, UpgradeRefused } from "./support/Client.ts"
 import * as Echo from "./support/Echo.ts"
 import { busLayer, stack, type StackOptions, token } from "./support/Stack.ts"
 
@@ -39,27 +39,6 @@ const start = (options: StackOptions = {}) =>
     const bus = ctx.unsafeMap.get(Bus.Bus.key) as Bus.BusShape
     return { edge, bus, ws: edge.url.replace("http", "ws") }
   })
-
-/**
- * Writes `request` on a raw TCP connection and returns the status of the answer's first line, or
- * "closed" when the edge closed the connection without one.
- */
-const rawStatus = (edge: Edge.EdgeServerShape, request: string) =>
-  Effect.async<number | "closed">((resume) => {
-    const socket = Net.connect(edge.port, "127.0.0.1", () => socket.write(request))
-    let answer = ""
-    socket.on("data", (chunk: Buffer) => {
-      answer += chunk.toString("latin1")
-      const line = /^HTTP\/1\.1 (\d{3}) /.exec(answer)
-      if (line !== null) {
-        resume(Effect.succeed(Number(line[1])))
-        socket.destroy()
-      }
-    })
-    socket.on("error", () => socket.destroy())
-    socket.on("close", () => resume(Effect.succeed("closed")))
-    return Effect.sync(() => socket.destroy())
-  }).pipe(Effect.timeoutFail({ duration: "15 seconds", onTimeout: () => new Error("no answer within 15 s") }), Effect.orDie)
 
 const upgradeHeaders = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
 
@@ -90,13 +69,13 @@ describe("edge against hostile peers", () => {
     Effect.gen(function*() {
       const { edge, ws } = yield* start()
       for (const target of ["//", "http://[::1", "//:x", "http://exa mple/"]) {
-        const plain = yield* rawStatus(edge, `GET ${target} HTTP/1.1\r\nHost: edge\r\n\r\n`)
-        const upgrade = yield* rawStatus(edge, `GET ${target} HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)
+        const plain = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: edge\r\n\r\n`)
+        const upgrade = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)
         expect([target, plain, upgrade]).toEqual([target, 400, 400])
       }
       // Targets that are URLs, but of no endpoint.
-      expect(yield* rawStatus(edge, `GET //healthz HTTP/1.1\r\nHost: edge\r\n\r\n`)).toBe(404)
-      expect(yield* rawStatus(edge, `GET http://elsewhere/nowhere HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)).toBe(404)
+      expect(yield* rawStatus(edge.port, `GET //healthz HTTP/1.1\r\nHost: edge\r\n\r\n`)).toBe(404)
+      expect(yield* rawStatus(edge.port, `GET http://elsewhere/nowhere HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)).toBe(404)
       yield* stillServes(edge, ws)
     }))
 
@@ -157,7 +136,7 @@ describe("edge against hostile peers", () => {
     Effect.gen(function*() {
       const { edge, ws } = yield* start({ env: { EDGE_HEADERS_TIMEOUT: "500 millis", EDGE_REQUEST_TIMEOUT: "1 second" } })
       // An upgrade whose last header line never comes.
-      const answer = yield* rawStatus(edge, `GET /echo HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}`)
+      const answer = yield* rawStatus(edge.port, `GET /echo HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}`)
       expect([408, "closed"]).toContain(answer)
       yield* stillServes(edge, ws)
     }))

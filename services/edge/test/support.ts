@@ -10,8 +10,9 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Schedule from "effect/Schedule"
 import * as Http from "node:http"
-import * as Net from "node:net"
+import type * as Net from "node:net"
 import type { Duplex } from "node:stream"
+import * as Client from "../../../test/src/support/Client.ts"
 import { UpgradeRefused } from "../../../test/src/support/Client.ts"
 
 export { closedWith, connect, type TestClient, UpgradeRefused } from "../../../test/src/support/Client.ts"
@@ -56,22 +57,7 @@ export const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   )
 
 /** Writes a raw request and returns the status line's code, for targets no HTTP client sends. */
-export const rawStatus = (port: number, request: string) =>
-  Effect.async<number | "closed">((resume) => {
-    const socket = Net.connect(port, "127.0.0.1", () => socket.write(request))
-    let answer = ""
-    socket.on("data", (chunk: Buffer) => {
-      answer += chunk.toString("latin1")
-      const line = /^HTTP\/1\.1 (\d{3}) /.exec(answer)
-      if (line !== null) {
-        resume(Effect.succeed(Number(line[1])))
-        socket.destroy()
-      }
-    })
-    socket.on("error", () => socket.destroy())
-    socket.on("close", () => resume(Effect.succeed("closed")))
-    return Effect.sync(() => socket.destroy())
-  }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("no answer within 10 s") }), Effect.orDie)
+export const rawStatus = (port: number, request: string) => Client.rawStatus(port, request, "10 seconds")
 
 /** Retries `check` until it succeeds, for at most five seconds: for what the edge learns a moment later (a close). */
 export const eventually = <A, E, R>(check: Effect.Effect<A, E, R>) =>

@@ -4,7 +4,9 @@
  */
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Duration from "effect/Duration"
 import * as Queue from "effect/Queue"
+import * as Net from "node:net"
 import { type ClientOptions, WebSocket } from "ws"
 
 export interface TestClient {
@@ -61,3 +63,24 @@ export const connect = (url: string, options: ClientOptions & { readonly protoco
 /** Waits for the socket to close and returns its code and reason. */
 export const closedWith = (c: TestClient) =>
   Deferred.await(c.closed).pipe(Effect.timeoutFail({ duration: "15 seconds", onTimeout: () => new Error("socket did not close") }), Effect.orDie)
+
+/**
+ * Writes a raw request to 127.0.0.1:`port` and returns the status line's code, for targets no HTTP
+ * client sends; "closed" when the server closed the connection without one.
+ */
+export const rawStatus = (port: number, request: string, timeout: Duration.DurationInput = "15 seconds") =>
+  Effect.async<number | "closed">((resume) => {
+    const socket = Net.connect(port, "127.0.0.1", () => socket.write(request))
+    let answer = ""
+    socket.on("data", (chunk: Buffer) => {
+      answer += chunk.toString("latin1")
+      const line = /^HTTP\/1\.1 (\d{3}) /.exec(answer)
+      if (line !== null) {
+        resume(Effect.succeed(Number(line[1])))
+        socket.destroy()
+      }
+    })
+    socket.on("error", () => socket.destroy())
+    socket.on("close", () => resume(Effect.succeed("closed")))
+    return Effect.sync(() => socket.destroy())
+  }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`no answer within ${Duration.format(timeout)}`) }), Effect.orDie)
