@@ -88,6 +88,12 @@ export interface BusShape {
   readonly drain: Effect.Effect<void>
   /** Whether the bus can currently reach its peers (NATS connected; the embedded bus is always). */
   readonly isConnected: () => boolean
+  /**
+   * Calls `listener` each time the connection comes back after it was lost, for as long as the
+   * scope lives. Whatever was published to this process's subscriptions meanwhile is gone: core
+   * NATS does not keep it. The embedded bus is never lost.
+   */
+  readonly onReconnect: (listener: () => void) => Effect.Effect<void, never, Scope.Scope>
 }
 
 export class Bus extends Context.Tag("@switchboard/bus/Bus")<Bus, BusShape>() {}

@@ -208,7 +208,7 @@ export const makeBus = (): BusShape => {
     wildcard.length = 0
   })
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, isConnected: () => !isClosed }
+  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, isConnected: () => !isClosed, onReconnect: () => Effect.void }
 }
 
 /**

@@ -253,7 +253,29 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
 
   const drain = Effect.promise(() => (nc.isClosed() ? Promise.resolve() : nc.drain().catch(() => undefined)))
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, flush, drain, isConnected: () => !nc.isClosed() && !nc.isDraining() }
+  const reconnectListeners = new Set<() => void>()
+  // A plain loop rather than a fiber: interrupting a fiber parked in the status iterator would wait
+  // for its next event. It ends when the connection closes.
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "reconnect") for (const listener of reconnectListeners) listener()
+    }
+  })().catch(() => undefined)
+  const onReconnect = (listener: () => void) =>
+    Effect.acquireRelease(Effect.sync(() => void reconnectListeners.add(listener)), () => Effect.sync(() => void reconnectListeners.delete(listener)))
+
+  return {
+    publish,
+    unsafePublish,
+    subscribe,
+    stream,
+    request,
+    respond,
+    flush,
+    drain,
+    isConnected: () => !nc.isClosed() && !nc.isDraining(),
+    onReconnect
+  }
 }
 
 const toEntry = (e: NatsKvEntry): KvEntry => ({

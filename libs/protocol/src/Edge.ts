@@ -46,6 +46,7 @@ export const CloseCode = {
   PolicyViolation: 1008,
   TooBig: 1009,
   InternalError: 1011,
+  ServiceRestart: 1012,
   TryAgainLater: 1013
 } as const
 

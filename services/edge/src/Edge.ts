@@ -5,7 +5,7 @@
  * edge's heartbeat, and shuts them down in order.
  */
 import type { AuthClient } from "@switchboard/auth"
-import { type Bus, Kv, Subjects } from "@switchboard/bus"
+import { Bus, Kv, Subjects } from "@switchboard/bus"
 import { Edge as EdgeProtocol, Json, Settings } from "@switchboard/protocol"
 import { Metrics, type Telemetry } from "@switchboard/telemetry"
 import type * as ConfigError from "effect/ConfigError"
@@ -47,6 +47,7 @@ const heartbeat = Json.codec(EdgeProtocol.EdgeHeartbeat)
 const make = (options: EdgeOptions) =>
   Effect.gen(function*() {
     const kv = yield* Kv.Kv
+    const bus = yield* Bus.Bus
     const routes = options.routes ?? standard
     const config = {
       port: yield* EdgeConfig.port,
@@ -115,6 +116,20 @@ const make = (options: EdgeOptions) =>
       deliverHttp: http.deliver
     })
 
+    // Core NATS keeps nothing for a subscriber that is away: what services sent to this edge's
+    // sockets while its connection was lost is gone. Closing them tells each client to reconnect
+    // and catch up as after any reconnect (an MCPx participant reads the topic's history, a proxy
+    // client attaches again); a GET stream resumes from its Last-Event-ID.
+    yield* bus.onReconnect(() => {
+      if (shuttingDown) return
+      const streams = http.endStreams()
+      boundary.runFork(
+        Effect.logWarning(`edge ${edgeId}: its NATS connection came back after a loss; ${streams} event streams ended, every socket closes`).pipe(
+          Effect.zipRight(sockets.closeAll("resynchronising", EdgeProtocol.CloseCode.ServiceRestart, "the edge lost its connection to the bus: reconnect"))
+        )
+      )
+    })
+
     const upgrade = yield* Upgrade.make({
       routes,
       origins: config.origins,
@@ -157,7 +172,7 @@ const make = (options: EdgeOptions) =>
       (server) =>
         Effect.gen(function*() {
           shuttingDown = true
-          yield* sockets.closeAll
+          yield* sockets.closeAll("shutting down", EdgeProtocol.CloseCode.GoingAway, "server shutting down")
           yield* Effect.async<void>((resume) => {
             server.close(() => resume(Effect.void))
             server.closeAllConnections()

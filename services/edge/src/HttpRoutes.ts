@@ -42,6 +42,8 @@ export interface HttpRoutes {
   readonly onRequest: (req: Http.IncomingMessage, res: Http.ServerResponse) => void
   /** Delivers to one of this edge's Streamable HTTP exchanges; undefined when no route serves `/hub`. */
   readonly deliver: ((m: Bus.BusMessage) => void) | undefined
+  /** Ends the Streamable HTTP GET streams open here (see `StreamableHttpShape.endStreams`). */
+  readonly endStreams: () => number
 }
 
 /** Largest HTTP request body the edge forwards to a service. */
@@ -186,5 +188,5 @@ export const make = (
       })
     }
 
-    return { onRequest, deliver: streamable?.deliver } satisfies HttpRoutes
+    return { onRequest, deliver: streamable?.deliver, endStreams: () => streamable?.endStreams() ?? 0 } satisfies HttpRoutes
   })

@@ -62,8 +62,11 @@ export interface Sockets {
   ) => void
   /** Sockets open now (the heartbeat's count). */
   readonly size: () => number
-  /** Closes every socket with 1001, and waits for their closes for at most the grace and a second. */
-  readonly closeAll: Effect.Effect<void>
+  /**
+   * Closes every socket with `code` and `reason`, and waits for their closes for at most the grace
+   * and a second; `doing` says why in the log ("shutting down").
+   */
+  readonly closeAll: (doing: string, code: number, reason: string) => Effect.Effect<void>
 }
 
 interface Socket {
@@ -483,16 +486,16 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       runFork(startSession(s, event))
     }
 
-    const closeAll = Effect.suspend(() => {
+    const closeAll = (doing: string, code: number, reason: string) => Effect.suspend(() => {
       const open = [...sockets.values()]
-      return Effect.logInfo(`edge ${edgeId} shutting down: closing ${open.length} sockets with 1001`).pipe(
+      return Effect.logInfo(`edge ${edgeId} ${doing}: closing ${open.length} sockets with ${code}`).pipe(
         Effect.zipRight(
           Effect.async<void>((resume) => {
             if (open.length === 0) return resume(Effect.void)
             let left = open.length
             for (const s of open) {
               s.ws.once("close", () => --left === 0 && resume(Effect.void))
-              closeSocket(s, CloseCode.GoingAway, "server shutting down")
+              closeSocket(s, code, reason)
             }
           }).pipe(Effect.timeout(Duration.sum(options.closeGrace, "1 second")), Effect.ignore)
         )

@@ -30,6 +30,8 @@ export interface StreamableHttpShape {
   readonly handle: (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => void
   /** A delivery to one of this edge's exchanges (it carries `sb-http`). */
   readonly deliver: (m: Bus.BusMessage) => void
+  /** Ends every open GET stream, so that its client resumes from its `Last-Event-ID`; the number ended. */
+  readonly endStreams: () => number
 }
 
 export interface StreamableHttpOptions {
@@ -492,9 +494,20 @@ export const make = (
       }
     }
 
+    const endStreams = () => {
+      let ended = 0
+      for (const ex of exchanges.values()) {
+        if (ex.kind !== "stream") continue
+        ex.res.end()
+        ended++
+      }
+      return ended
+    }
+
     return {
       serves: (path) => path === options.path || path === METADATA_PATH,
       handle,
-      deliver
+      deliver,
+      endStreams
     } satisfies StreamableHttpShape
   })

@@ -227,7 +227,7 @@ describe("the edge's socket I/O", () => {
       const a = yield* connect(io.url)
       const b = yield* connect(io.url)
       yield* takeN(io.opens, 2)
-      yield* io.sockets.closeAll
+      yield* io.sockets.closeAll("shutting down", 1001, "server shutting down")
       expect([yield* closedWith(a), yield* closedWith(b)]).toEqual([1, 2].map(() => ({ code: 1001, reason: "server shutting down" })))
       expect(io.sockets.size()).toBe(0)
     }).pipe(Effect.provide(env)))

@@ -22,8 +22,9 @@ export const SECRET = "test-secret-that-is-long-enough-for-hs256"
 let counter = 0
 export const namespace = () => `t${process.pid}n${counter++}`
 
-export const busLayer = (servers?: ReadonlyArray<string>, ns = namespace()): Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.BusError> =>
-  servers === undefined ? MemoryBus.layer : NatsBus.layer({ servers, namespace: ns })
+/** The embedded bus, or NATS at `servers`; `replicas` for state that must survive a node of a cluster. */
+export const busLayer = (servers?: ReadonlyArray<string>, ns = namespace(), replicas?: number): Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.BusError> =>
+  servers === undefined ? MemoryBus.layer : NatsBus.layer({ servers, namespace: ns, ...(replicas === undefined ? {} : { replicas }) })
 
 export interface StackOptions {
   readonly env?: Readonly<Record<string, string>>
@@ -87,14 +88,15 @@ export const replica = (
   service: Layer.Layer<never, unknown, Bus.Bus | Kv.Kv | Journal.Journal | AuthClient.AuthClient | Telemetry.Tracing>,
   servers: ReadonlyArray<string>,
   ns: string,
-  env: Readonly<Record<string, string>> = {}
+  env: Readonly<Record<string, string>> = {},
+  replicas?: number
 ) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     yield* Layer.buildWithScope(
       service.pipe(
         Layer.provide(AuthClient.layer),
-        Layer.provide(busLayer(servers, ns)),
+        Layer.provide(busLayer(servers, ns, replicas)),
         Layer.provide(Telemetry.disabled),
         Layer.provide(configFrom(env)),
         Layer.provide(Logger.minimumLogLevel(LogLevel.Error))

@@ -1,0 +1,59 @@
+/**
+ * An edge whose NATS node dies reconnects to another node, but core NATS kept nothing for it
+ * meanwhile: an MCPx envelope the broker sent to its sockets in that gap is gone, and the sender
+ * had its echo. So the edge closes its sockets with 1012 once its connection is back, and each
+ * client reconnects and reads what it missed from the topic's history, as after any reconnect.
+ * (The chaos suite once lost an acknowledged envelope this way.)
+ */
+import { expect, layer } from "@effect/vitest"
+import { Broker } from "@switchboard/broker"
+import { Edge } from "@switchboard/edge"
+import { NatsCluster } from "@switchboard/testing"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import { closedWith } from "./support/Client.ts"
+import { join } from "./support/Participants.ts"
+import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+
+layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })("an edge that loses its NATS node", (it) => {
+  it.scoped("closes its sockets with 1012 once it is back on another node, and the room goes on", () =>
+    Effect.gen(function*() {
+      const cluster = yield* NatsCluster
+      const ns = namespace()
+      // The edge knows only node 0 (it learns the others from the cluster); the broker is on node 1.
+      // State is on all three nodes, as in production, so that the room outlives node 0.
+      const ctx = yield* Layer.build(stack(busLayer([cluster.servers[0]!], ns, 3))).pipe(
+        // A fresh cluster places R3 streams once every node has joined (0.8 to 4 s, TESTCONTAINERS.md).
+        Effect.retry({ while: (e) => e instanceof Error && /no suitable peers/.test(e.message), schedule: Schedule.spaced("250 millis"), times: 40 })
+      )
+      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
+      const broker = yield* replica(Broker.layer, [cluster.servers[1]!], ns, {}, 3)
+      yield* Effect.addFinalizer(() => broker.stop)
+
+      const alice = yield* join(ws, "bus-loss", { id: "alice" })
+      const bob = yield* join(ws, "bus-loss", { id: "bob" })
+      const before = alice.send({ kind: "chat", payload: { text: "before" } })
+      expect((yield* bob.next("chat")).id).toBe(before.id)
+
+      yield* cluster.kill(0)
+      const [a, b] = yield* Effect.all([closedWith(alice.socket), closedWith(bob.socket)], { concurrency: 2 })
+      for (const closed of [a, b]) expect(closed).toEqual({ code: 1012, reason: "the edge lost its connection to the bus: reconnect" })
+
+      // Back on the same edge, now on another node: the room is there. Until the streams that node 0
+      // led have new leaders, a join may be refused with 1013; a client tries again, as this one does.
+      const rejoin = (id: string) =>
+        join(ws, "bus-loss", { id }).pipe(
+          Effect.catchAllDefect((d) => Effect.fail(d)),
+          Effect.tapError((d) => Effect.logWarning(`${id} joins again`, d)),
+          Effect.retry({ schedule: Schedule.spaced("500 millis"), times: 40 }),
+          Effect.orDie
+        )
+      const again = yield* rejoin("alice")
+      const carol = yield* rejoin("carol")
+      const after = again.send({ kind: "chat", payload: { text: "after" } })
+      expect((yield* carol.next("chat")).id).toBe(after.id)
+      yield* cluster.restart(0)
+    }), 90_000)
+})
