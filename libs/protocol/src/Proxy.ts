@@ -53,18 +53,6 @@ export const HandshakeParams = Schema.transformOrFail(
 )
 export type HandshakeParams = typeof HandshakeParams.Type
 
-/**
- * Where a message failed its Schema, in a few words for a peer: the first issue's path and what
- * was wrong there (`name: is missing`). Short enough for a WebSocket close reason (123 bytes).
- */
-export const shapeIssue = (error: ParseResult.ParseError): string => {
-  const first = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-  if (first === undefined) return "malformed"
-  const where = first.path.map(String).join(".")
-  const said = where === "" ? first.message : `${where}: ${first.message}`
-  return said.length > 60 ? `${said.slice(0, 60)}…` : said
-}
-
 export const ConnectParams = Schema.Struct({ extension_id: Schema.String })
 export type ConnectParams = typeof ConnectParams.Type
 

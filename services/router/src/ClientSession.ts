@@ -106,7 +106,7 @@ export const make = (replica: Replica) => (conn: Actors.Connection, restored: bo
         if (user !== undefined) return send(failure(request.id, ErrorCode.ServerError1, "MCP client already authenticated"))
         const params = decodeHandshake(request.params ?? {})
         // The spec answers every failed handshake with -32000, a missing or ill-typed token too.
-        if (Either.isLeft(params)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${Proxy.shapeIssue(params.left)}`))
+        if (Either.isLeft(params)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${JsonRpc.shapeIssue(params.left)}`))
         const claims = yield* Effect.either(auth.verify(params.right.token))
         if (Either.isLeft(claims)) return send(failure(request.id, ErrorCode.ServerError, `Authentication failed: ${claims.left.reason}`))
         const who = claims.right.sub

@@ -94,7 +94,7 @@ export const make = (replica: Replica) => (conn: Actors.Connection, restored: bo
         }
         const answer = decodeAuthResult(response["result"])
         if (Either.isLeft(answer)) {
-          return conn.close(CloseCode.PolicyViolation, `Authentication failed: expected {name, accessToken} (${Proxy.shapeIssue(answer.left)})`)
+          return conn.close(CloseCode.PolicyViolation, `Authentication failed: expected {name, accessToken} (${JsonRpc.shapeIssue(answer.left)})`)
         }
         const claims = yield* Effect.either(auth.verify(answer.right.token))
         if (Either.isLeft(claims)) return conn.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
