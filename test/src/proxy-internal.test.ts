@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Edge } from "@switchboard/edge"
-import { InternalClient, Router } from "@switchboard/router"
+import { Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
-import { Kv, Subjects } from "@switchboard/bus"
+import { InternalClient, Kv, Subjects } from "@switchboard/bus"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"

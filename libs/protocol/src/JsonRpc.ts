@@ -186,3 +186,15 @@ export const decodeFrame = (text: string): Either.Either<Incoming, ErrorResponse
 
 export const encode = (message: Message): string =>
   JSON.stringify(message.jsonrpc === undefined ? { jsonrpc: "2.0", ...message } : message)
+
+/**
+ * Where a message failed its Schema, in a few words for a peer: the first issue's path and what
+ * was wrong there (`name: is missing`). Short enough for a WebSocket close reason (123 bytes).
+ */
+export const shapeIssue = (error: ParseResult.ParseError): string => {
+  const first = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+  if (first === undefined) return "malformed"
+  const where = first.path.map(String).join(".")
+  const said = where === "" ? first.message : `${where}: ${first.message}`
+  return said.length > 60 ? `${said.slice(0, 60)}…` : said
+}

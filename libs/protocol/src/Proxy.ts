@@ -3,24 +3,54 @@
  * the router's KV records, and the messages its actors exchange. Real peers moved to snake_case
  * (`access_token`) a day after the spec was written; both spellings are accepted.
  */
+import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { Id } from "./JsonRpc.ts"
 
 export const ReservedPrefixes = ["proxy:", "ext:"] as const
 
-/** The extension's answer to the proxy's `authenticate` request. */
-export const AuthenticateResult = Schema.Struct({
-  name: Schema.String,
-  accessToken: Schema.optional(Schema.String),
-  access_token: Schema.optional(Schema.String),
-  client_id: Schema.optional(Schema.String)
-})
-export type AuthenticateResult = typeof AuthenticateResult.Type
-
-export const HandshakeParams = Schema.Struct({
+/** A token under either spelling: the spec's `accessToken`, or the `access_token` real peers moved to. */
+const TokenFields = {
   accessToken: Schema.optional(Schema.String),
   access_token: Schema.optional(Schema.String)
-})
+}
+
+/** What a peer that sent neither spelling is told. */
+const TOKEN_REQUIRED = "accessToken is required"
+
+/**
+ * The extension's answer to the proxy's `authenticate` request (the `result` of its response):
+ * a browser name and a token under either spelling, and an optional stable `client_id`. Decodes
+ * to one `token`, so no handler has to look in two places.
+ */
+export const AuthenticateResult = Schema.transformOrFail(
+  Schema.Struct({ name: Schema.String, ...TokenFields, client_id: Schema.optional(Schema.String) }),
+  Schema.Struct({ name: Schema.String, token: Schema.String, clientId: Schema.optional(Schema.String) }),
+  {
+    strict: true,
+    decode: (wire, _, ast) => {
+      const token = wire.accessToken ?? wire.access_token
+      if (token === undefined) return ParseResult.fail(new ParseResult.Type(ast, wire, TOKEN_REQUIRED))
+      return ParseResult.succeed({ name: wire.name, token, ...(wire.client_id === undefined ? {} : { clientId: wire.client_id }) })
+    },
+    encode: (c) => ParseResult.succeed({ name: c.name, accessToken: c.token, ...(c.clientId === undefined ? {} : { client_id: c.clientId }) })
+  }
+)
+export type AuthenticateResult = typeof AuthenticateResult.Type
+
+/** An MCP client's `mcp_handshake` params: a token under either spelling, decoded to one `token`. */
+export const HandshakeParams = Schema.transformOrFail(
+  Schema.Struct(TokenFields),
+  Schema.Struct({ token: Schema.String }),
+  {
+    strict: true,
+    decode: (wire, _, ast) => {
+      const token = wire.accessToken ?? wire.access_token
+      return token === undefined ? ParseResult.fail(new ParseResult.Type(ast, wire, TOKEN_REQUIRED)) : ParseResult.succeed({ token })
+    },
+    encode: (p) => ParseResult.succeed({ accessToken: p.token })
+  }
+)
 export type HandshakeParams = typeof HandshakeParams.Type
 
 export const ConnectParams = Schema.Struct({ extension_id: Schema.String })

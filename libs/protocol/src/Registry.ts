@@ -167,6 +167,14 @@ export const ToolsListParams = Schema.Struct({
 })
 export type ToolsListParams = typeof ToolsListParams.Type
 
+/**
+ * A `/hub` session's `initialize` params, as far as the hub reads them: the client's protocol
+ * version, answered with it when supported and with the newest otherwise. The rest (capabilities,
+ * clientInfo) is the client's to describe and is not checked.
+ */
+export const InitializeParams = Schema.Struct({ protocolVersion: Schema.optional(Schema.String) })
+export type InitializeParams = typeof InitializeParams.Type
+
 /** `notifications/cancelled` from a client: a reason that is not a string is dropped, not refused. */
 export const CancelledParams = Schema.Struct({
   requestId: Id,

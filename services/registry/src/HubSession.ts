@@ -37,6 +37,7 @@ const CAPABILITIES = {
 const decodeCallParams = Schema.decodeUnknownEither(Registry.ToolsCallParams)
 const decodeListParams = Schema.decodeUnknownEither(Registry.ToolsListParams)
 const decodeCancelled = Schema.decodeUnknownEither(Registry.CancelledParams)
+const decodeInitialize = Schema.decodeUnknownEither(Registry.InitializeParams)
 
 const sameList = (a: Naming.Aggregate, b: Naming.Aggregate) =>
   a === b || (a.tools.length === b.tools.length && sameJson(a.tools.map(Naming.toMcp), b.tools.map(Naming.toMcp)))
@@ -136,8 +137,11 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
     }
 
     const initialize = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
-      const params = isRecord(request.params) ? request.params : {}
-      const asked = params["protocolVersion"]
+      const params = decodeInitialize(request.params ?? {})
+      if (Either.isLeft(params)) {
+        return ex.reply(failure(request.id, ErrorCode.InvalidParams, `Invalid params: initialize expects {protocolVersion: string} (${JsonRpc.shapeIssue(params.left)})`))
+      }
+      const asked = params.right.protocolVersion
       const version = Registry.ProtocolVersions.find((v) => v === asked) ?? Registry.ProtocolVersions[0]
       protocolVersion = version
       shown = view?.aggregate()

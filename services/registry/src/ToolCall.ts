@@ -5,9 +5,8 @@
  * out. The session (`HubSession.ts`) decodes requests and hands the calls here; the calls answer
  * on the exchange each came in on. Their timers live in the session actor's scope.
  */
-import { Actors, Bus, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, Bus, InternalClient, Subjects, TimedMap } from "@switchboard/bus"
 import { Json, JsonRpc, Registry } from "@switchboard/protocol"
-import { InternalClient } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"

@@ -72,4 +72,19 @@ describe("the hub session", () => {
       yield* session.send({ jsonrpc: "2.0", id: 4, method: "ping" }, { http: "post-4", user: "alice" })
       expect(JSON.parse((yield* session.next).text)).toEqual({ jsonrpc: "2.0", id: 4, result: {} })
     })))
+
+  it.live("answers initialize with the client's protocol version when supported, the newest otherwise, and -32602 for a bad shape", () =>
+    withRegistry(Effect.gen(function*() {
+      const h = peer(yield* ActorClient.open("registry", { path: "/hub", user: "alice" }))
+      expect((yield* h.request("initialize", { protocolVersion: "2025-03-26", capabilities: {} })).result?.["protocolVersion"]).toBe("2025-03-26")
+      expect((yield* h.request("initialize", { protocolVersion: "1999-01-01" })).result?.["protocolVersion"]).toBe("2025-06-18")
+      expect((yield* h.request("initialize", {})).result?.["protocolVersion"]).toBe("2025-06-18")
+      expect((yield* h.request("initialize", { protocolVersion: 20250618 })).error).toEqual({
+        code: -32602,
+        message: "Invalid params: initialize expects {protocolVersion: string} (protocolVersion: Expected string, actual 20250618)"
+      })
+      expect((yield* h.request("initialize", ["2025-06-18"])).error).toMatchObject({ code: -32602 })
+      // The session carries on after a refused initialize.
+      expect((yield* h.request("ping")).result).toEqual({})
+    })))
 })

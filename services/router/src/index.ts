@@ -1,2 +1,1 @@
-export * as InternalClient from "./InternalClient.ts"
 export * as Router from "./Router.ts"

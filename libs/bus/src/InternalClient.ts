@@ -2,13 +2,15 @@
  * How other services (the registry) ask a user's connected browser extension to run one proxy
  * method, as the proxy itself: a request to `router.internal`, answered by whichever router replica
  * takes it, on behalf of the user's most recently connected extension (or the next, if that one's
- * session is gone).
+ * session is gone). It lives with the bus, not in the router: its callers (the registry) need the
+ * router's peer protocol and subject, not the router.
  */
-import { Peer, Subjects } from "@switchboard/bus"
 import { JsonRpc, Proxy } from "@switchboard/protocol"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Peer from "./Peer.ts"
+import * as Subjects from "./Subjects.ts"
 
 /** The request got no result: the extension's JSON-RPC error, or why nobody could answer (-32000). */
 export class InternalError extends Data.TaggedError("InternalError")<{

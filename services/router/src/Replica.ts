@@ -1,0 +1,94 @@
+/**
+ * What one router replica shares among its actors and its internal requests: settings, KV
+ * buckets, the link to the edges, the session store an adopting replica reads back, and the
+ * per-user seats and rate budgets. Built once per replica (`Router.ts`); each piece takes what it
+ * needs from it.
+ */
+import { AuthClient } from "@switchboard/auth"
+import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects } from "@switchboard/bus"
+import { Proxy } from "@switchboard/protocol"
+import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as RouterConfig from "./Config.ts"
+
+/** What the router's actors, and other services through `router.internal`, say to its actors. */
+export const peers = Peer.protocol(Proxy.RouterPeer)
+
+export const decodeHandoff = Schema.decodeUnknownOption(Proxy.HandoffState)
+
+export const make = Effect.gen(function*() {
+  const bus = yield* Bus.Bus
+  const kv = yield* Kv.Kv
+  const auth = yield* AuthClient.AuthClient
+  const { tracer } = yield* Telemetry.Tracing
+  const link = yield* Actors.edgeLink
+  const config = {
+    requestTimeout: yield* RouterConfig.requestTimeout,
+    authTimeout: yield* RouterConfig.authTimeout,
+    internalTimeout: yield* RouterConfig.internalTimeout,
+    statusInterval: yield* RouterConfig.statusInterval,
+    maxPending: yield* RouterConfig.maxPending,
+    connectionRate: yield* RouterConfig.connectionRate,
+    userRate: yield* RouterConfig.userRate,
+    maxClientsPerUser: yield* RouterConfig.maxClientsPerUser,
+    maxExtensionsPerUser: yield* RouterConfig.maxExtensionsPerUser,
+    replicaHeartbeat: yield* RouterConfig.replicaHeartbeat,
+    shutdownGrace: yield* RouterConfig.shutdownGrace
+  }
+  /** Runs work that starts outside any Effect (bus callbacks, timers) until the router stops. */
+  const runFork = yield* FiberSet.makeRuntime<never>()
+  /** Per-user budgets are per replica: exact across replicas would cost a KV write per request. */
+  const userBudgets = new Map<string, RateBudget>()
+  // The edge cannot cap these users' sockets: on `/mcp` and `/extension` it learns the user only
+  // in-band. Counted in memory, per replica: exact across replicas would cost a KV write per socket.
+  const clientSeats = new ConnectionLimit(config.maxClientsPerUser)
+  const extensionSeats = new ConnectionLimit(config.maxExtensionsPerUser)
+  // A budget outlives its user's clients by at most a minute, so users who come and go leave none.
+  yield* Effect.sync(() => {
+    for (const user of userBudgets.keys()) if (clientSeats.count(user) === 0) userBudgets.delete(user)
+  }).pipe(Effect.repeat(Schedule.spaced("1 minute")), Effect.forkScoped)
+
+  return {
+    bus,
+    auth,
+    link,
+    config,
+    runFork,
+    traced: Option.isSome(tracer),
+    inFlight: Instruments.requests(yield* Metrics.Metrics, "router"),
+    timeoutMillis: Duration.toMillis(config.requestTimeout),
+    timedOut: `Request timed out after ${Duration.format(config.requestTimeout)}`,
+    internalMillis: Duration.toMillis(config.internalTimeout),
+    internalTimedOut: `Request timed out after ${Duration.format(config.internalTimeout)}`,
+    extensions: Kv.typed(yield* kv.bucket(Subjects.Bucket.extensions), Proxy.ExtensionRecord),
+    extensionIds: yield* kv.bucket(Subjects.Bucket.extensionIds),
+    proxies: Kv.typed(yield* kv.bucket(Subjects.Bucket.proxyConnections), Proxy.ProxyConnectionRecord),
+    ...Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.sessions), Proxy.SessionRecord)),
+    clientSeats,
+    extensionSeats,
+    userBudget: (user: string) => {
+      let b = userBudgets.get(user)
+      if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
+      return b
+    },
+    /**
+     * Takes one of `user`'s seats until `scope` closes; false, taking nothing, at the cap. `force`
+     * takes one regardless: a socket adopted from another replica was admitted there.
+     */
+    seat: (seats: ConnectionLimit, user: string, scope: Scope.Scope, force = false) =>
+      Effect.suspend(() => {
+        const release = seats.take(user, force)
+        return release === undefined ? Effect.succeed(false) : Effect.as(Scope.addFinalizer(scope, Effect.sync(release)), true)
+      }),
+    /** The status keepalive, for as long as the connection's scope lives (a timer, not a fiber: issue 16). */
+    keepalive: (scope: Scope.Scope, send: () => void) => Scope.extend(ActorTimer.every(config.statusInterval, send), scope)
+  }
+})
+
+export type Replica = Effect.Effect.Success<typeof make>
