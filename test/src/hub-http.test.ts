@@ -18,6 +18,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
+import { STATUS_CODES } from "node:http"
 import * as Processes from "./support/Processes.ts"
 import { sseStream } from "./support/Sse.ts"
 import { busLayer, namespace, stack, token } from "./support/Stack.ts"
@@ -56,6 +57,15 @@ const raw = (base: string, init: RequestInit & { readonly headers?: Record<strin
     const text = await res.text()
     return { status: res.status, headers: res.headers, text, json: (): unknown => JSON.parse(text) }
   })
+
+/**
+ * That `r` was refused with `status`, and says so in its JSON-RPC error: the status's reason
+ * phrase, then (when given) why.
+ */
+const refusedWith = (r: { readonly status: number; readonly json: () => unknown }, status: number, why?: string) => {
+  expect(r.status).toBe(status)
+  expect(r.json()).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32000, message: why === undefined ? STATUS_CODES[status] : `${STATUS_CODES[status]}: ${why}` } })
+}
 
 /** `initialize` by plain POST; the session id. */
 const initialize = (base: string, t: string, protocolVersion = INIT.params.protocolVersion) =>
@@ -130,8 +140,12 @@ describe("/hub over Streamable HTTP", () => {
       const session = yield* initialize(base, t)
 
       // 400: no session id on a request other than initialize; an unsupported protocol version; invalid JSON.
-      expect((yield* post(json, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }))).status).toBe(400)
-      expect((yield* post({ ...json, "mcp-session-id": session, "mcp-protocol-version": "1999-01-01" }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }))).status).toBe(400)
+      refusedWith(yield* post(json, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" })), 400, "Mcp-Session-Id header is required (send initialize first)")
+      refusedWith(
+        yield* post({ ...json, "mcp-session-id": session, "mcp-protocol-version": "1999-01-01" }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" })),
+        400,
+        "unsupported MCP-Protocol-Version 1999-01-01 (supported: 2025-11-25, 2025-06-18, 2025-03-26)"
+      )
       const bad = yield* post({ ...json, "mcp-session-id": session }, "{not json")
       expect(bad.status).toBe(400)
       expect(bad.json()).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32700 } })
@@ -140,15 +154,16 @@ describe("/hub over Streamable HTTP", () => {
 
       // 401, with where to find the authorization server.
       const anonymous = yield* post({ accept: BOTH, "content-type": "application/json" }, JSON.stringify(INIT))
-      expect(anonymous.status).toBe(401)
+      refusedWith(anonymous, 401, "a bearer token is required (Authorization header)")
       const host = new URL(base).host
       expect(anonymous.headers.get("www-authenticate")).toBe(`Bearer resource_metadata="http://${host}/.well-known/oauth-protected-resource"`)
       const forged = yield* post({ ...json, authorization: "Bearer not-a-token" }, JSON.stringify(INIT))
       expect(forged.status).toBe(401)
+      expect(forged.json()).toMatchObject({ error: { message: expect.stringMatching(/^Unauthorized: invalid token: /) } })
       expect(forged.headers.get("www-authenticate")).toContain(`resource_metadata="http://${host}/.well-known/oauth-protected-resource"`)
 
       // 403: a foreign page; an allowed one gets through.
-      expect((yield* post({ ...json, origin: "https://evil.example.net" }, JSON.stringify(INIT))).status).toBe(403)
+      refusedWith(yield* post({ ...json, origin: "https://evil.example.net" }, JSON.stringify(INIT)), 403, "origin https://evil.example.net is not allowed")
       expect((yield* post({ ...json, origin: "https://app.example.com" }, JSON.stringify(INIT))).status).toBe(200)
 
       // 404: a session nobody opened, and another user's, which looks no different.
@@ -160,18 +175,17 @@ describe("/hub over Streamable HTTP", () => {
 
       // 405, naming what is allowed.
       const put = yield* raw(base, { method: "PUT", headers: json, body: "{}" })
-      expect(put.status).toBe(405)
+      refusedWith(put, 405)
       expect(put.headers.get("allow")).toBe("GET, POST, DELETE")
 
       // 406: a POST must accept JSON and SSE; a GET must accept SSE.
-      expect((yield* post({ ...json, accept: "application/json" }, JSON.stringify(INIT))).status).toBe(406)
-      expect((yield* raw(base, { method: "GET", headers: { ...auth, accept: "application/json", "mcp-session-id": session } })).status).toBe(406)
+      refusedWith(yield* post({ ...json, accept: "application/json" }, JSON.stringify(INIT)), 406, "a POST must accept both application/json and text/event-stream")
+      refusedWith(yield* raw(base, { method: "GET", headers: { ...auth, accept: "application/json", "mcp-session-id": session } }), 406, "a GET must accept text/event-stream")
 
       // 413 and 415.
       const big = yield* post({ ...json, "mcp-session-id": session }, JSON.stringify({ jsonrpc: "2.0", id: 4, method: "ping", params: { pad: "x".repeat(2048) } }))
-      expect(big.status).toBe(413)
-      expect(big.text).toContain("1024 bytes")
-      expect((yield* post({ ...json, "content-type": "text/plain" }, JSON.stringify(INIT))).status).toBe(415)
+      refusedWith(big, 413, "a message may have at most 1024 bytes")
+      refusedWith(yield* post({ ...json, "content-type": "text/plain" }, JSON.stringify(INIT)), 415, "the body must be application/json")
 
       // The protected resource metadata (RFC 9728), without an issuer configured.
       const meta = yield* raw(base, { method: "GET" }, "/.well-known/oauth-protected-resource")

@@ -17,7 +17,7 @@ import * as Option from "effect/Option"
 import type * as ConfigError from "effect/ConfigError"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import type * as Http from "node:http"
+import * as Http from "node:http"
 import * as EdgeConfig from "./Config.ts"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
@@ -167,8 +167,17 @@ export const make = (
       res.end(body)
     }
 
-    const unauthorized = (req: Http.IncomingMessage, res: Http.ServerResponse, message: string, invalid: boolean) =>
-      fail(res, 401, JsonRpc.ErrorCode.ServerError, message, {
+    /**
+     * A refusal whose status says what is wrong: the message opens with the status's reason phrase
+     * (Node's own `STATUS_CODES`), then says why, if there is more to say.
+     */
+    const refuse = (res: Http.ServerResponse, status: number, why?: string, headers?: Readonly<Record<string, string>>) => {
+      const phrase = Http.STATUS_CODES[status] ?? `HTTP ${status}`
+      fail(res, status, JsonRpc.ErrorCode.ServerError, why === undefined ? phrase : `${phrase}: ${why}`, headers)
+    }
+
+    const unauthorized = (req: Http.IncomingMessage, res: Http.ServerResponse, why: string, invalid: boolean) =>
+      refuse(res, 401, why, {
         "www-authenticate": `Bearer${invalid ? ` error="invalid_token",` : ""} resource_metadata="${baseUrl(req)}${METADATA_PATH}"`
       })
 
@@ -291,13 +300,13 @@ export const make = (
 
     const post = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
       if (!accepts(req.headers.accept, "application/json") || !accepts(req.headers.accept, "text/event-stream")) {
-        return fail(res, 406, JsonRpc.ErrorCode.ServerError, "Not Acceptable: a POST must accept both application/json and text/event-stream")
+        return refuse(res, 406, "a POST must accept both application/json and text/event-stream")
       }
       if (essenceOf(req.headers["content-type"]) !== "application/json") {
-        return fail(res, 415, JsonRpc.ErrorCode.ServerError, "Unsupported Media Type: the body must be application/json")
+        return refuse(res, 415, "the body must be application/json")
       }
       const tooLarge = () =>
-        fail(res, 413, JsonRpc.ErrorCode.ServerError, `Payload Too Large: a message may have at most ${config.maxBody} bytes`, { connection: "close" })
+        refuse(res, 413, `a message may have at most ${config.maxBody} bytes`, { connection: "close" })
       const declared = Number(req.headers["content-length"] ?? 0)
       if (declared > config.maxBody) return tooLarge()
       const chunks: Array<Buffer> = []
@@ -335,7 +344,7 @@ export const make = (
       const header = req.headers[SESSION]
       if (typeof header !== "string") {
         if (id !== undefined && message["method"] === "initialize") return open(req, res, claims, body, id)
-        return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required (send initialize first)")
+        return refuse(res, 400, "Mcp-Session-Id header is required (send initialize first)")
       }
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
@@ -345,10 +354,10 @@ export const make = (
 
     const get = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
       if (!accepts(req.headers.accept, "text/event-stream")) {
-        return fail(res, 406, JsonRpc.ErrorCode.ServerError, "Not Acceptable: a GET must accept text/event-stream")
+        return refuse(res, 406, "a GET must accept text/event-stream")
       }
       const header = req.headers[SESSION]
-      if (typeof header !== "string") return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required")
+      if (typeof header !== "string") return refuse(res, 400, "Mcp-Session-Id header is required")
       const lastEventId = req.headers["last-event-id"]
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
@@ -378,7 +387,7 @@ export const make = (
 
     const del = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
       const header = req.headers[SESSION]
-      if (typeof header !== "string") return fail(res, 400, JsonRpc.ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required")
+      if (typeof header !== "string") return refuse(res, 400, "Mcp-Session-Id header is required")
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
         // As a socket's close: the actor ends, and Actors.host removes its record.
@@ -397,26 +406,26 @@ export const make = (
 
     const handle = (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => {
       if (url.pathname === METADATA_PATH) {
-        if (req.method !== "GET") return fail(res, 405, JsonRpc.ErrorCode.ServerError, "Method Not Allowed", { allow: "GET" })
+        if (req.method !== "GET") return refuse(res, 405, undefined, { allow: "GET" })
         const body = JSON.stringify(metadata(req))
         return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
       }
       const origin = req.headers.origin
       // DNS rebinding: a page may not reach a local server's sessions from a foreign origin.
       if (!anyOrigin && origin !== undefined && !options.origins.includes(origin)) {
-        return fail(res, 403, JsonRpc.ErrorCode.ServerError, `Forbidden: origin ${origin} is not allowed`)
+        return refuse(res, 403, `origin ${origin} is not allowed`)
       }
       const method = req.method
       if (method !== "POST" && method !== "GET" && method !== "DELETE") {
-        return fail(res, 405, JsonRpc.ErrorCode.ServerError, "Method Not Allowed", { allow: "GET, POST, DELETE" })
+        return refuse(res, 405, undefined, { allow: "GET, POST, DELETE" })
       }
       const version = req.headers["mcp-protocol-version"]
       if (typeof version === "string" && !isVersion(version)) {
-        return fail(res, 400, JsonRpc.ErrorCode.ServerError, `Bad Request: unsupported MCP-Protocol-Version ${version} (supported: ${Registry.HttpProtocolVersions.join(", ")})`)
+        return refuse(res, 400, `unsupported MCP-Protocol-Version ${version} (supported: ${Registry.HttpProtocolVersions.join(", ")})`)
       }
       const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization?.trim() ?? "")
       const token = m?.[1]
-      if (token === undefined) return unauthorized(req, res, "Unauthorized: a bearer token is required (Authorization header)", false)
+      if (token === undefined) return unauthorized(req, res, "a bearer token is required (Authorization header)", false)
       const authorized = (claims: Auth.Claims) => {
         if (res.destroyed) return
         try {
@@ -436,7 +445,7 @@ export const make = (
           Effect.match({
             onFailure: (e) =>
               e._tag === "AuthFailed"
-                ? unauthorized(req, res, `Unauthorized: invalid token: ${e.reason}`, true)
+                ? unauthorized(req, res, `invalid token: ${e.reason}`, true)
                 : fail(res, 503, JsonRpc.ErrorCode.ServerError, e.reason),
             onSuccess: authorized
           })
