@@ -33,27 +33,57 @@ export const MaxToolName = 128
 /** A JSON object: not an array, not null. */
 const JsonObject = Schema.declare(isRecord, { identifier: "JsonObject" })
 
-/**
- * An MCP `Tool` as a page declares it; unknown fields are dropped. The fields are checked in the
- * order they are declared, and the first that fails is the reason (`validateTool`).
- */
-export const Tool = Schema.Struct({
-  name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(MaxToolName)),
-  inputSchema: JsonObject.pipe(Schema.filter((schema) => schema["type"] === "object")),
-  title: Schema.optional(Schema.String),
-  description: Schema.optional(Schema.String),
-  outputSchema: Schema.optional(JsonObject),
-  annotations: Schema.optional(JsonObject)
-})
-export type Tool = typeof Tool.Type
+const ToolRejectionKind = Schema.Literal("not-an-object", "no-name", "long-name", "input-schema", "field-type", "too-large", "duplicate", "over-limit")
+const isRejectionKind = Schema.is(ToolRejectionKind)
 
 /** Why a tool from a page was not registered; `kind` groups reasons for a summary. */
 export interface ToolRejection {
-  readonly kind: "not-an-object" | "no-name" | "long-name" | "input-schema" | "field-type" | "too-large" | "duplicate" | "over-limit"
+  readonly kind: typeof ToolRejectionKind.Type
   /** The tool's name, cut short, when it had a string one. */
   readonly name: string | undefined
   readonly reason: string
 }
+
+/** The `ToolRejection` kind a schema's refusal is, read back by `validateTool`. */
+const RejectionKind = Symbol.for("@switchboard/protocol/Registry/RejectionKind")
+
+/** Annotations that make a refusal by this schema a rejection of `kind` whose reason is `why`. */
+const rejects = (kind: ToolRejection["kind"], why: string) => ({ [RejectionKind]: kind, message: () => why })
+
+/** A field a tool must have: missing, it is the rejection `kind`, saying `why`. */
+const required = <A, I>(schema: Schema.Schema<A, I>, kind: ToolRejection["kind"], why: string) =>
+  Schema.propertySignature(schema).annotations({ [RejectionKind]: kind, missingMessage: () => why })
+
+const NoName = "a tool needs a non-empty string name"
+const NotObjectSchema = `inputSchema must be a JSON Schema with type "object"`
+
+/**
+ * An MCP `Tool` as a page declares it; unknown fields are dropped. The fields are checked in the
+ * order they are declared, and the first that fails is the rejection, with the kind and reason its
+ * schema is annotated with (`validateTool`).
+ */
+export const Tool = Schema.Struct({
+  name: required(
+    Schema.String.annotations(rejects("no-name", NoName)).pipe(
+      Schema.minLength(1, rejects("no-name", NoName)),
+      Schema.maxLength(MaxToolName, rejects("long-name", `the name is longer than ${MaxToolName} characters`))
+    ),
+    "no-name",
+    NoName
+  ),
+  inputSchema: required(
+    JsonObject.annotations(rejects("input-schema", NotObjectSchema)).pipe(
+      Schema.filter((schema) => schema["type"] === "object", rejects("input-schema", NotObjectSchema))
+    ),
+    "input-schema",
+    NotObjectSchema
+  ),
+  title: Schema.optional(Schema.String.annotations(rejects("field-type", "title must be a string"))),
+  description: Schema.optional(Schema.String.annotations(rejects("field-type", "description must be a string"))),
+  outputSchema: Schema.optional(JsonObject.annotations(rejects("field-type", "outputSchema must be an object"))),
+  annotations: Schema.optional(JsonObject.annotations(rejects("field-type", "annotations must be an object")))
+})
+export type Tool = typeof Tool.Type
 
 /** A name as it appears in a reason: quoted, and never long enough to blow up a log line. */
 const quoted = (name: string) => (name.length > 40 ? `${JSON.stringify(name.slice(0, 40))}…` : JSON.stringify(name))
@@ -76,47 +106,51 @@ export const utf8Length = (s: string): number => {
 }
 
 /**
- * Checks one tool from a page: a name, an `inputSchema` that is an object schema, and at most
- * `maxBytes` of JSON as stored (every tool is listed on every `tools/list` page it falls on, and
- * copied into each session's view, so one huge schema costs every listing). The reason goes back
- * to the tab; the rest of the list still registers.
+ * A tool from a page, at most `maxBytes` of JSON as stored (every tool is listed on every
+ * `tools/list` page it falls on, and copied into each session's view, so one huge schema costs
+ * every listing). An array is not a tool, though a Struct would look inside it for a name.
  */
-export const validateTool = (u: unknown, maxBytes = Number.POSITIVE_INFINITY): Either.Either<Tool, ToolRejection> => {
-  if (!isRecord(u)) return Either.left(rejectTool("not-an-object", undefined, "a tool must be an object"))
-  const decoded = decodeTool(u)
-  const name = typeof u["name"] === "string" && u["name"].length > 0 ? u["name"] : undefined
-  if (Either.isLeft(decoded)) {
-    const field = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]?.path[0]
-    return Either.left(fieldRejection(typeof field === "string" ? field : "", name))
-  }
-  const tool = decoded.right
-  if (Number.isFinite(maxBytes)) {
-    // The frame it came in was depth-checked, so this cannot recurse too deep.
-    const bytes = utf8Length(JSON.stringify(tool))
-    if (bytes > maxBytes) {
-      return Either.left(rejectTool("too-large", tool.name, `${bytes} bytes of JSON, over the limit of ${maxBytes} bytes per tool`))
-    }
-  }
-  return Either.right(tool)
+export const ToolFromPage = (maxBytes = Number.POSITIVE_INFINITY) =>
+  Schema.compose(
+    JsonObject.annotations(rejects("not-an-object", "a tool must be an object")),
+    Number.isFinite(maxBytes)
+      ? Tool.pipe(Schema.filter((tool) => {
+        // The frame it came in was depth-checked, so this cannot recurse too deep.
+        const bytes = utf8Length(JSON.stringify(tool))
+        return bytes <= maxBytes || `${bytes} bytes of JSON, over the limit of ${maxBytes} bytes per tool`
+      }, { [RejectionKind]: "too-large" }))
+      : Tool,
+    { strict: false }
+  )
+
+/** The kind of the innermost annotated schema along the first issue: the one that refused. */
+const kindOf = (issue: ParseResult.ParseIssue): ToolRejection["kind"] | undefined => {
+  const next = issue._tag === "Composite"
+    ? (Array.isArray(issue.issues) ? issue.issues[0] : issue.issues)
+    : "issue" in issue
+    ? issue.issue
+    : undefined
+  const inner = next === undefined ? undefined : kindOf(next)
+  if (inner !== undefined || !("ast" in issue)) return inner
+  const kind = issue.ast.annotations[RejectionKind]
+  return isRejectionKind(kind) ? kind : undefined
 }
 
-const decodeTool = Schema.decodeUnknownEither(Tool)
+/** One decoder per limit: a registry has one limit, so this holds one or two. */
+const decoders = new Map<number, (u: unknown) => Either.Either<Tool, ParseResult.ParseError>>()
 
-/** Why the `Tool` Schema refused a tool, from the first field it refused. */
-const fieldRejection = (field: string, name: string | undefined): ToolRejection => {
-  switch (field) {
-    case "name":
-      return name === undefined
-        ? rejectTool("no-name", undefined, "a tool needs a non-empty string name")
-        : rejectTool("long-name", name, `the name is longer than ${MaxToolName} characters`)
-    case "inputSchema":
-      return rejectTool("input-schema", name, `inputSchema must be a JSON Schema with type "object"`)
-    case "title":
-    case "description":
-      return rejectTool("field-type", name, `${field} must be a string`)
-    default:
-      return rejectTool("field-type", name, `${field} must be an object`)
-  }
+/**
+ * Checks one tool from a page against `ToolFromPage(maxBytes)`. The reason goes back to the tab;
+ * the rest of the list still registers.
+ */
+export const validateTool = (u: unknown, maxBytes = Number.POSITIVE_INFINITY): Either.Either<Tool, ToolRejection> => {
+  let decode = decoders.get(maxBytes)
+  if (decode === undefined) decoders.set(maxBytes, decode = Schema.decodeUnknownEither(ToolFromPage(maxBytes)))
+  return Either.mapLeft(decode(u), (error) => {
+    const name = isRecord(u) && typeof u["name"] === "string" && u["name"].length > 0 ? u["name"] : undefined
+    const why = ParseResult.ArrayFormatter.formatErrorSync(error)[0]?.message ?? "not a tool"
+    return rejectTool(kindOf(error.issue) ?? "field-type", name, why)
+  })
 }
 
 /** `annotations.cache === true`: the tool outlives its tab, under a domain-level name. */
