@@ -8,7 +8,7 @@ import { TE } from "@nats-io/nats-core/internal"
 import { connect, headers as natsHeaders, type Msg, MsgHdrsImpl } from "@nats-io/transport-node"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import { readFileSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { Socket } from "node:net"
 import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock, shapes } from "../src/internal/NatsShims.ts"
 
@@ -80,9 +80,38 @@ it.scopedLive("each shim gives what nats.js's public path gives", () =>
     expect(new TextDecoder().decode((yield* roundTrip(nc)).data)).toBe("payload")
   }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)))
 
-it("pins the nats.js packages the shims were checked against to one exact version", () => {
-  const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { dependencies: Record<string, string> }
-  const nats = Object.entries(manifest.dependencies).filter(([name]) => name.startsWith("@nats-io/"))
-  expect(nats.length).toBeGreaterThan(0)
-  for (const [name, range] of nats) expect(`${name}@${range}`).toMatch(/@\d+\.\d+\.\d+$/)
+/** A package.json's own dependencies of every kind, by name. */
+const dependenciesOf = (path: URL): Record<string, string> => {
+  const manifest = JSON.parse(readFileSync(path, "utf8")) as Partial<Record<"dependencies" | "devDependencies" | "peerDependencies", Record<string, string>>>
+  return { ...manifest.peerDependencies, ...manifest.devDependencies, ...manifest.dependencies }
+}
+
+it("pins the nats.js packages the shims were checked against to one exact version, in every package and the lockfile", () => {
+  const root = new URL("../../../", import.meta.url)
+  const workspaces = (JSON.parse(readFileSync(new URL("package.json", root), "utf8")) as { workspaces: Array<string> }).workspaces
+  // The workspace globs are `dir/*` or a plain directory.
+  const packages = workspaces.flatMap((w) =>
+    w.endsWith("/*")
+      ? readdirSync(new URL(w.slice(0, -1), root), { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => `${w.slice(0, -1)}${d.name}/`)
+      : [`${w}/`]
+  ).filter((dir) => existsSync(new URL(`${dir}package.json`, root)))
+  expect(packages).toContain("libs/bus/")
+
+  const wanted = new Map<string, string>()
+  for (const dir of ["", ...packages]) {
+    for (const [name, range] of Object.entries(dependenciesOf(new URL(`${dir}package.json`, root)))) {
+      if (!name.startsWith("@nats-io/")) continue
+      expect(`${dir}package.json: ${name}@${range}`).toMatch(/@\d+\.\d+\.\d+$/)
+      expect(`${dir}package.json: ${name}@${range}`).toBe(`${dir}package.json: ${name}@${wanted.get(name) ?? range}`)
+      wanted.set(name, range)
+    }
+  }
+  expect([...wanted.keys()]).toContain("@nats-io/nats-core")
+
+  // What npm installs is the lockfile: one copy of each, at the pinned version.
+  const lock = JSON.parse(readFileSync(new URL("package-lock.json", root), "utf8")) as { packages: Record<string, { version?: string }> }
+  for (const [name, version] of wanted) {
+    const copies = Object.entries(lock.packages).filter(([path]) => path === `node_modules/${name}` || path.endsWith(`/node_modules/${name}`))
+    expect(copies.map(([path, p]) => `${path}@${p.version}`)).toEqual([`node_modules/${name}@${version}`])
+  }
 })
