@@ -56,9 +56,15 @@ describe("edge", () => {
         Effect.map(Option.map((e) => decodeHeartbeat(new TextDecoder().decode(e.value)).connections))
       )
       const ws = edge.url.replace("http", "ws")
+      const reports = (n: number) =>
+        reported.pipe(Effect.filterOrFail((r) => Option.getOrUndefined(r) === n), Effect.retry(Schedule.spaced("50 millis")), Effect.timeout("5 seconds"))
+      const first = yield* connect(`${ws}/echo`)
       yield* connect(`${ws}/echo`)
-      yield* connect(`${ws}/echo`)
-      yield* reported.pipe(Effect.filterOrFail((n) => Option.getOrUndefined(n) === 2), Effect.retry(Schedule.spaced("50 millis")), Effect.timeout("5 seconds"))
+      yield* reports(2)
+      // And a socket that closed is no longer counted.
+      first.ws.close()
+      yield* closedWith(first)
+      yield* reports(1)
     }))
 
   it.scopedLive("relays text frames both ways and serves health, readiness and metrics", () =>
