@@ -8,6 +8,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Broker } from "@switchboard/broker"
 import { Edge } from "@switchboard/edge"
+import { Registry } from "@switchboard/registry"
 import { NatsCluster } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -15,10 +16,11 @@ import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import { closedWith } from "./support/Client.ts"
 import { join } from "./support/Participants.ts"
-import { busLayer, namespace, replica, stack } from "./support/Stack.ts"
+import { sseStream } from "./support/Sse.ts"
+import { busLayer, namespace, replica, stack, token } from "./support/Stack.ts"
 
 layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })("an edge that loses its NATS node", (it) => {
-  it.scoped("closes its sockets with 1012 once it is back on another node, and the room goes on", () =>
+  it.scoped("closes its sockets with 1012 and ends its event streams once it is back on another node, and the room goes on", () =>
     Effect.gen(function*() {
       const cluster = yield* NatsCluster
       const ns = namespace()
@@ -28,9 +30,27 @@ layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })(
         // A fresh cluster places R3 streams once every node has joined (0.8 to 4 s, TESTCONTAINERS.md).
         Effect.retry({ while: (e) => e instanceof Error && /no suitable peers/.test(e.message), schedule: Schedule.spaced("250 millis"), times: 40 })
       )
-      const ws = Context.get(ctx, Edge.EdgeServer).url.replace("http", "ws")
-      const broker = yield* replica(Broker.layer, [cluster.servers[1]!], ns, {}, 3)
-      yield* Effect.addFinalizer(() => broker.stop)
+      const base = Context.get(ctx, Edge.EdgeServer).url
+      const ws = base.replace("http", "ws")
+      for (const service of [Broker.layer, Registry.layer]) {
+        const started = yield* replica(service, [cluster.servers[1]!], ns, {}, 3)
+        yield* Effect.addFinalizer(() => started.stop)
+      }
+
+      // A Streamable HTTP session with its GET stream open on this edge.
+      const t = yield* token({ sub: "alice" })
+      const headers = { authorization: `Bearer ${t}`, accept: "application/json, text/event-stream", "content-type": "application/json" }
+      const session = yield* Effect.promise(async () => {
+        const res = await fetch(`${base}/hub`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
+        })
+        await res.text()
+        return res.headers.get("mcp-session-id")
+      })
+      if (session === null) return yield* Effect.dieMessage("initialize returned no Mcp-Session-Id")
+      const stream = yield* sseStream(base, t, session, "2025-06-18")
 
       const alice = yield* join(ws, "bus-loss", { id: "alice" })
       const bob = yield* join(ws, "bus-loss", { id: "bob" })
@@ -40,6 +60,8 @@ layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })(
       yield* cluster.kill(0)
       const [a, b] = yield* Effect.all([closedWith(alice.socket), closedWith(bob.socket)], { concurrency: 2 })
       for (const closed of [a, b]) expect(closed).toEqual({ code: 1012, reason: "the edge lost its connection to the bus: reconnect" })
+      // The stream ends too: its client opens it again, from its Last-Event-ID.
+      yield* stream.ended.pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the GET stream did not end") }), Effect.orDie)
 
       // Back on the same edge, now on another node: the room is there. Until the streams that node 0
       // led have new leaders, a join may be refused with 1013; a client tries again, as this one does.
