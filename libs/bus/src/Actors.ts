@@ -3,6 +3,10 @@
  * reaches one replica through the service's queue group; that replica subscribes to the
  * connection's subject, records ownership in KV, and only then answers, so the edge never sends a
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
+ *
+ * This module is the public API and composes the pieces: the mailbox (`Mailbox.ts`), the link to
+ * the edges (`EdgeLink.ts`), liveness (`Liveness.ts`: heartbeat, adoption, edge loss), what KV
+ * keeps of a connection (`SessionStore.ts`) and the hand-off (`Handoff.ts`).
  */
 import { Edge, type Handoff as HandoffProtocol } from "@switchboard/protocol"
 import * as Instruments from "@switchboard/telemetry/Instruments"
@@ -14,35 +18,20 @@ import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
-import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type BusShape, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
+import { Bus, type BusMessage, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
+import { closeSocket, decodeOpen, encodeOpenReply, endActor, type Frame, IncomingFrame, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
-import { Kv, typed, type TypedBucket } from "./Kv.ts"
+import { Kv, typed } from "./Kv.ts"
+import * as Liveness from "./Liveness.ts"
 import { type Envelope, Mailbox } from "./Mailbox.ts"
 import type * as Peer from "./Peer.ts"
+import { ConnectionRecord, ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
 
-export interface Frame {
-  readonly data: Uint8Array
-  /** The frame as text (decoded on first use). */
-  readonly text: string
-  readonly traceparent: string | undefined
-  /** The edge's rate limit for this connection was exceeded: answer with the protocol's error. */
-  readonly limited: boolean
-  /** The edge the frame came from: where a Streamable HTTP session's answer goes. */
-  readonly edge: Subjects.EdgeId | undefined
-  /** The token subject the edge verified for this frame (a Streamable HTTP request carries its own token). */
-  readonly user: string | undefined
-  /** Streamable HTTP: the sending edge's exchange the frame came on (see `HttpExchange`). */
-  readonly http: string | undefined
-  /** Streamable HTTP control (`stream`, `stream-closed`) instead of a client message. */
-  readonly httpOp: string | undefined
-  /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
-  readonly lastEventId: string | undefined
-}
+export { edgeLink, type Frame, type HttpExchange, requestOpen, type Socket } from "./EdgeLink.ts"
+export { ConnectionRecord, sessionStore } from "./SessionStore.ts"
 
 export interface Connection extends Peer.Sender {
   readonly id: Subjects.ConnId
@@ -76,25 +65,6 @@ export interface Connection extends Peer.Sender {
  * until the registry migrates.
  */
 export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
-
-/**
- * An actor's session record in KV, keyed by its connection id: what a replica that adopts the
- * connection reads back (`restored`) to carry on. Saving and forgetting never fail the actor: a
- * lost record costs only the adoption.
- */
-export const sessionStore = <A>(bucket: TypedBucket<A>) => ({
-  remember: (conn: Connection, record: A) =>
-    bucket.put(Subjects.Key.session(conn.id), record).pipe(Effect.catchAll((e) => Effect.logWarning("could not save session", e))),
-  recall: (conn: Connection) =>
-    bucket.get(Subjects.Key.session(conn.id)).pipe(Effect.map(Option.map((s) => s.value)), Effect.orElseSucceed(() => Option.none<A>())),
-  forget: (conn: Connection) =>
-    bucket.delete(Subjects.Key.session(conn.id)).pipe(Effect.catchAll((e) => Effect.logWarning("could not forget a closed session", e)))
-})
-
-/** A handle that sends to one socket on any edge, with its headers built once. */
-export interface Socket {
-  readonly send: (data: Uint8Array | string, traceparent?: string) => void
-}
 
 /**
  * What an actor does with its mailbox, one message at a time. A handler that finishes its work
@@ -171,130 +141,6 @@ export interface HandoffCounts {
   failed: number
 }
 
-/** An actor record in the `connections` bucket. */
-export const ConnectionRecord = Schema.Struct({
-  service: Schema.String,
-  replica: Schema.String,
-  edge: Schema.String,
-  /** Everything needed to rebuild the connection on another replica. */
-  open: Edge.OpenEvent
-})
-export type ConnectionRecord = typeof ConnectionRecord.Type
-
-const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
-const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
-const encodeOpen = Schema.encodeSync(Schema.parseJson(Edge.OpenEvent))
-const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenReply))
-
-/**
- * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and returns its
- * answer once the actor listens (see `host`). A socket and a Streamable HTTP session open alike.
- */
-export const requestOpen = (
-  bus: BusShape,
-  service: Subjects.ServiceName,
-  conn: Subjects.ConnId,
-  edge: Subjects.EdgeId,
-  event: Edge.OpenEvent,
-  timeout: Duration.DurationInput
-) =>
-  bus.request(Subjects.open(service), encodeOpen(event), {
-    timeout,
-    headers: {
-      [Subjects.Header.op]: "open",
-      [Subjects.Header.conn]: conn,
-      [Subjects.Header.edge]: edge,
-      ...(event.claims === undefined ? {} : { [Subjects.Header.user]: event.claims.sub })
-    }
-  }).pipe(Effect.flatMap((m) => decodeOpenReply(text(m))))
-
-class IncomingFrame implements Frame {
-  private decoded: string | undefined
-  constructor(private readonly message: BusMessage) {}
-  get data() {
-    return this.message.data
-  }
-  get text() {
-    return (this.decoded ??= text(this.message))
-  }
-  get traceparent() {
-    return this.message.header(Subjects.Header.traceparent)
-  }
-  get limited() {
-    return this.message.header(Subjects.Header.reason) === "rate-limited"
-  }
-  get edge() {
-    const edge = this.message.header(Subjects.Header.edge)
-    return edge === undefined ? undefined : Subjects.EdgeId(edge)
-  }
-  get user() {
-    return this.message.header(Subjects.Header.user)
-  }
-  get http() {
-    return this.message.header(Subjects.Header.http)
-  }
-  get httpOp() {
-    return this.message.header(Subjects.Header.httpOp)
-  }
-  get lastEventId() {
-    return this.message.header(Subjects.Header.lastEventId)
-  }
-}
-
-/**
- * One exchange of a Streamable HTTP session on the edge that holds it: a pending POST, answered
- * by its final response (`end`), or an open GET stream, whose events carry ids.
- */
-export interface HttpExchange {
-  readonly send: (data: Uint8Array | string, options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string }) => void
-}
-
-/** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
-export const edgeLink = Effect.map(Bus, (bus) => ({
-  /** One socket, for repeated sends (its headers are built once). */
-  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, Subjects.Header.conn, conn),
-  /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
-  toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
-  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason),
-  /**
-   * Closes a socket and ends `service`'s actor of it at once: when a client comes back through
-   * another edge, the old socket's edge may be dead, and would never say that it closed.
-   */
-  closeAndEnd: (service: Subjects.ServiceName, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => {
-    closeSocket(bus, edge, conn, code, reason)
-    endActor(bus, service, conn, code, reason)
-  },
-  /** An exchange of a Streamable HTTP session; one subject per edge keeps notifications before the response they precede. */
-  exchange: (edge: Subjects.EdgeId, conn: Subjects.ConnId, exchange: string): HttpExchange => {
-    const out = Subjects.edgeOut(edge)
-    return {
-      send: (data, options = {}) => {
-        const headers: Record<string, string> = { [Subjects.Header.op]: "deliver", [Subjects.Header.conn]: conn, [Subjects.Header.http]: exchange }
-        if (options.end === true) headers[Subjects.Header.httpEnd] = "1"
-        if (options.eventId !== undefined) headers[Subjects.Header.eventId] = options.eventId
-        if (options.traceparent !== undefined) headers[Subjects.Header.traceparent] = options.traceparent
-        bus.unsafePublish(out, data, headers)
-      }
-    }
-  }
-}))
-
-const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
-  bus.unsafePublish(Subjects.edgeOut(edge), "", {
-    [Subjects.Header.op]: "close",
-    [Subjects.Header.conn]: conn,
-    [Subjects.Header.code]: String(code),
-    [Subjects.Header.reason]: reason
-  })
-
-/** Ends an actor as its socket's close would: what a session with no socket, or whose edge died, needs. */
-const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.ConnId, code: number, reason: string) =>
-  bus.unsafePublish(Subjects.conn(service, conn), "", {
-    [Subjects.Header.op]: "closed",
-    [Subjects.Header.code]: String(code),
-    [Subjects.Header.reason]: reason
-  })
-
 /**
  * Actors address each other by their connection's subject, never by replica: a `peer` message goes
  * into the other actor's mailbox, in order with its frames.
@@ -310,16 +156,6 @@ export const peerHeaders = (kind: string, traceparent?: string): Headers => {
   let h = untracedPeerHeaders.get(kind)
   if (h === undefined) untracedPeerHeaders.set(kind, (h = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }))
   return h
-}
-
-/** `name` is `sb-conn` for one socket, `sb-conns` for a comma-separated group on the same edge. */
-const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: string): Socket => {
-  const out = Subjects.edgeOut(edge)
-  const untraced = deliverHeaders(name, value, undefined)
-  return {
-    send: (data, traceparent) =>
-      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(name, value, traceparent))
-  }
 }
 
 /** A peer message that never left the process; it reads like one that came over the bus. */
@@ -341,23 +177,16 @@ class LocalMessage implements BusMessage {
   }
 }
 
-const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
-  traceparent === undefined
-    ? { [Subjects.Header.op]: "deliver", [name]: value }
-    : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
-
 /** Hosts the actors of one service until the scope closes. */
 export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, M>) =>
   Effect.gen(function*() {
     const bus = yield* Bus
     const kv = yield* Kv
     const heartbeat = Duration.decode(options.replicaHeartbeat ?? "2 seconds")
-    const connections = typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord)
+    const connections = ownership(typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord))
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
     const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
-    if (Duration.greaterThan(Duration.times(heartbeat, 2), Subjects.Bucket.replicas.ttl)) {
-      return yield* Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
-    }
+    yield* Liveness.checkHeartbeat(heartbeat)
     const replica = options.replica ?? randomUUID()
     const meter = Instruments.actorHost(yield* Metrics, options.service)
     /**
@@ -370,7 +199,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
     /** Mailboxes by edge, so a dead edge's connections can be closed together. */
-    const byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, Mailbox<R>>>()
+    const byEdge = new Liveness.ConnectionsByEdge<Mailbox<R>>()
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
     const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) }
@@ -425,9 +254,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       hosted.delete(connId)
       enders.delete(connId)
       awaitingForward.delete(connId)
-      const local = byEdge.get(edgeId)
-      local?.delete(connId)
-      if (local?.size === 0) byEdge.delete(edgeId)
+      byEdge.remove(edgeId, connId)
     }
 
     /**
@@ -500,7 +327,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
           if (why === "handed-over") return Effect.void
           return Effect.zipRight(
             actor.onClosed === undefined ? Effect.void : actor.onClosed(...why),
-            connections.delete(conn).pipe(Effect.catchAll((e) => Effect.logWarning("could not remove a closed connection's record", e)))
+            connections.remove(conn)
           )
         }).pipe(
           Effect.onExit((exit) => Scope.close(this.scope, exit)),
@@ -562,11 +389,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         }
         const actorMade = made.value
         const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : actorMade.onPeer
-        if (!http) {
-          let local = byEdge.get(edgeId)
-          if (!local) byEdge.set(edgeId, (local = new Map()))
-          local.set(connId, mailbox)
-        }
+        if (!http) byEdge.add(edgeId, connId, mailbox)
         owned.set(connId, mailbox)
         yield* meter.hosting(event, scope)
         const actor = new LiveActor(connId, edgeId, event, http, mailbox, subscription, scope, actorMade, onPeer)
@@ -603,9 +426,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     }
 
     const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
-      connections
-        .put(connId, { service: options.service, replica, edge: edgeId, open: event })
-        .pipe(Effect.catchAll((e) => Effect.logWarning("could not record connection ownership", e)))
+      connections.record(connId, { service: options.service, replica, edge: edgeId, open: event })
 
     // What comes in through the service's queue groups (new connections, hand-offs) stops first
     // when this replica stops, so that its own hand-off requests go to the others.
@@ -650,18 +471,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
           const id = Subjects.ConnId(conn)
           const respond = (reply: HandoffProtocol.AdoptReply) =>
             bus.respond(m, Handoff.encodeAdoptReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer a hand-off request", e)))
-          // The record names the replica handing over until this one takes it, compare-and-set:
-          // a survivor's sweep cannot adopt the connection a second time meanwhile.
-          const claim = connections.get(conn).pipe(
-            Effect.flatMap(Option.match({
-              onNone: () => Effect.succeed(false),
-              onSome: (found) =>
-                found.value.replica !== from
-                  ? Effect.succeed(false)
-                  : connections.update(conn, { ...found.value, replica }, found.revision).pipe(Effect.as(true))
-            })),
-            Effect.orElseSucceed(() => false)
-          )
+          const claim = connections.claim(conn, from, replica)
           runFork(
             run(id, Subjects.EdgeId(edge), open, true, (reply) =>
               Effect.zipRight(
@@ -678,8 +488,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     )
 
     yield* bus.subscribe(Subjects.replicaInbox(options.service, replica), (m) => {
-      // An empty request asks whether this replica still runs (its heartbeat key lapsed).
-      if (m.data.length === 0) return void runFork(bus.respond(m, replica).pipe(Effect.ignore))
+      // Asked whether this replica still runs (its heartbeat key lapsed).
+      if (Liveness.isPing(m)) return void runFork(bus.respond(m, replica).pipe(Effect.ignore))
       const forward = Handoff.decodeForward(text(m))
       if (forward._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed forward of a hand-off"))
       const subject = Subjects.conn(options.service, Subjects.ConnId(forward.right.conn))
@@ -699,13 +509,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       // Counted as each ends: a batch cut short by the grace still says how many went over, and why
       // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
       // Asked again by every hand-off that finds nobody listening: one listing serves them all a while.
-      const survivorExpected = yield* Effect.cachedWithTTL(
-        replicas.keys(Subjects.Key.replicas(options.service)).pipe(
-          Effect.map((keys) => keys.some((k) => k !== replicaKey)),
-          Effect.orElseSucceed(() => false)
-        ),
-        "250 millis"
-      )
+      const survivorExpected = yield* Effect.cachedWithTTL(othersAlive, "250 millis")
       let handed = 0
       const failures = new Map<string, number>()
       const failed = (why: string) => Effect.sync(() => void failures.set(why, (failures.get(why) ?? 0) + 1))
@@ -747,88 +551,22 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
 
     // --- liveness: this replica's heartbeat, and adoption of connections whose replica lapsed ---
 
-    const replicaKey = Subjects.Key.replica(options.service, replica)
-    yield* replicas.put(replicaKey, String(Date.now()))
-    yield* replicas.put(replicaKey, String(Date.now())).pipe(
-      Effect.catchAll((e) => Effect.logWarning("replica heartbeat failed", e)),
-      Effect.repeat(Schedule.spaced(heartbeat)),
-      Effect.forkScoped
-    )
-    yield* Effect.addFinalizer(() => replicas.delete(replicaKey).pipe(Effect.ignore))
-
-    const adopt = (connId: Subjects.ConnId, found: { readonly value: ConnectionRecord; readonly revision: number }) =>
-      connections.update(connId, { ...found.value, replica }, found.revision).pipe(
-        // Another survivor claimed it first; it is theirs.
-        Effect.flatMap(() =>
-          Effect.sync(() => {
-            meter.adopted()
-            runFork(run(connId, Subjects.EdgeId(found.value.edge), found.value.open, true, () => Effect.void))
-          })
-        ),
-        Effect.catchTag("KvConflict", () => Effect.void)
-      )
-
-    /**
-     * A replica whose key lapsed may still run: its heartbeat writes failed for a while (a NATS
-     * leader election) and it goes on serving. Adopting its connections then would give each two
-     * actors in one queue group, splitting its frames between them. It is asked first, over the bus.
-     */
-    const answers = (other: string) =>
-      bus.request(Subjects.replicaInbox(options.service, other), "", { timeout: "1 second" }).pipe(
-        Effect.as(true),
-        Effect.orElseSucceed(() => false)
-      )
-
-    /** Replicas alive at the last sweep; a full scan happens at start and when one of them lapses. */
-    let lastAlive: ReadonlySet<string> | undefined
-    /** Replicas that lapsed but answered: looked at again next sweep, in case they are gone by then. */
-    let unsure = false
-    const sweep = Effect.gen(function*() {
-      const alive = new Set(yield* replicas.keys(Subjects.Key.replicas(options.service)))
-      const lapsed = lastAlive === undefined || unsure || [...lastAlive].some((r) => !alive.has(r))
-      lastAlive = alive
-      unsure = false
-      if (!lapsed) return
-      const orphans: Array<Subjects.ConnId> = []
-      const answered = new Map<string, boolean>()
-      for (const key of yield* connections.keys()) {
-        const connId = Subjects.ConnId(key)
-        if (owned.has(connId)) continue
-        const found = yield* connections.get(key)
-        if (Option.isNone(found) || found.value.value.service !== options.service) continue
-        const holder = found.value.value.replica
-        if (alive.has(Subjects.Key.replica(options.service, holder))) continue
-        if (holder !== replica) {
-          if (!answered.has(holder)) answered.set(holder, yield* answers(holder))
-          if (answered.get(holder) === true) continue
-        }
-        orphans.push(connId)
-        yield* adopt(connId, found.value)
+    const { othersAlive } = yield* Liveness.start({
+      bus,
+      service: options.service,
+      replica,
+      heartbeat,
+      edgeCheckInterval: options.edgeCheckInterval ?? "5 seconds",
+      ownership: connections,
+      edges,
+      replicas,
+      owns: (conn) => owned.has(conn),
+      byEdge,
+      adopted: (connId, found) => {
+        meter.adopted()
+        runFork(run(connId, Subjects.EdgeId(found.edge), found.open, true, () => Effect.void))
       }
-      const running = [...answered].filter(([, yes]) => yes).map(([r]) => r)
-      if (running.length > 0) {
-        unsure = true
-        yield* Effect.logWarning(`replicas ${running.join(", ")} lapsed in KV but still answer; their connections stay theirs`)
-      }
-      if (orphans.length > 0) yield* Effect.logInfo(`adopted ${orphans.length} connections from replicas that are gone`)
     })
-    yield* sweep.pipe(
-      Effect.catchAll((e) => Effect.logWarning("adoption sweep failed", e)),
-      Effect.repeat(Schedule.spaced(heartbeat)),
-      Effect.forkScoped
-    )
-
-    // An edge that dies cannot say its sockets closed; its heartbeat key expiring says it instead.
-    yield* Effect.gen(function*() {
-      for (const [edgeId, mailboxes] of byEdge) {
-        // When KV cannot be read, assume the edge is alive rather than close healthy sockets.
-        const alive = yield* edges.get(Subjects.Key.edge(edgeId)).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => true))
-        if (!alive) {
-          yield* Effect.logWarning(`edge ${edgeId} is gone; closing its ${mailboxes.size} connections`)
-          for (const mailbox of mailboxes.values()) mailbox.offer("edge-lost")
-        }
-      }
-    }).pipe(Effect.repeat(Schedule.spaced(options.edgeCheckInterval ?? "5 seconds")), Effect.forkScoped)
 
     // Registered last, so it runs first when this replica stops: while its heartbeat still says it
     // is alive (no survivor adopts from KV meanwhile) and its actors still run.

@@ -33,6 +33,8 @@ export class Mailbox<R> {
   }
   /** Ignores everything from now on. */
   stop() {
+    // Without its handler, a handler's Effect still in flight cannot wake the mailbox when it ends.
+    this.handler = undefined
     this.busy = true
     this.pausing = undefined
     this.queue.length = 0
@@ -80,6 +82,7 @@ export class Mailbox<R> {
       }
       if (work !== undefined) {
         this.fork(work).addObserver(() => {
+          if (this.handler === undefined) return
           this.busy = false
           this.drain()
         })

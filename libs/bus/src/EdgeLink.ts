@@ -1,0 +1,167 @@
+/**
+ * The link between a service's actors and the edges that hold their sockets: the `open` request
+ * (the edge asks, the service's host answers once the actor listens), the frames that come in, and
+ * what goes back out on an edge's subject (deliveries, closes, Streamable HTTP exchanges). The
+ * actor host (`Actors.host`) builds each connection's `send` and `close` from here.
+ */
+import { Edge } from "@switchboard/protocol"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import { Bus, type BusMessage, type BusShape, type Headers, text } from "./Bus.ts"
+import * as Subjects from "./Subjects.ts"
+
+export interface Frame {
+  readonly data: Uint8Array
+  /** The frame as text (decoded on first use). */
+  readonly text: string
+  readonly traceparent: string | undefined
+  /** The edge's rate limit for this connection was exceeded: answer with the protocol's error. */
+  readonly limited: boolean
+  /** The edge the frame came from: where a Streamable HTTP session's answer goes. */
+  readonly edge: Subjects.EdgeId | undefined
+  /** The token subject the edge verified for this frame (a Streamable HTTP request carries its own token). */
+  readonly user: string | undefined
+  /** Streamable HTTP: the sending edge's exchange the frame came on (see `HttpExchange`). */
+  readonly http: string | undefined
+  /** Streamable HTTP control (`stream`, `stream-closed`) instead of a client message. */
+  readonly httpOp: string | undefined
+  /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
+  readonly lastEventId: string | undefined
+}
+
+/** A handle that sends to one socket on any edge, with its headers built once. */
+export interface Socket {
+  readonly send: (data: Uint8Array | string, traceparent?: string) => void
+}
+
+/**
+ * One exchange of a Streamable HTTP session on the edge that holds it: a pending POST, answered
+ * by its final response (`end`), or an open GET stream, whose events carry ids.
+ */
+export interface HttpExchange {
+  readonly send: (data: Uint8Array | string, options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string }) => void
+}
+
+export const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
+export const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
+const encodeOpen = Schema.encodeSync(Schema.parseJson(Edge.OpenEvent))
+const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenReply))
+
+/**
+ * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and returns its
+ * answer once the actor listens (see `host`). A socket and a Streamable HTTP session open alike.
+ */
+export const requestOpen = (
+  bus: BusShape,
+  service: Subjects.ServiceName,
+  conn: Subjects.ConnId,
+  edge: Subjects.EdgeId,
+  event: Edge.OpenEvent,
+  timeout: Duration.DurationInput
+) =>
+  bus.request(Subjects.open(service), encodeOpen(event), {
+    timeout,
+    headers: {
+      [Subjects.Header.op]: "open",
+      [Subjects.Header.conn]: conn,
+      [Subjects.Header.edge]: edge,
+      ...(event.claims === undefined ? {} : { [Subjects.Header.user]: event.claims.sub })
+    }
+  }).pipe(Effect.flatMap((m) => decodeOpenReply(text(m))))
+
+/** A frame as the actor reads it: its headers are looked up, and its text decoded, only when asked. */
+export class IncomingFrame implements Frame {
+  private decoded: string | undefined
+  constructor(private readonly message: BusMessage) {}
+  get data() {
+    return this.message.data
+  }
+  get text() {
+    return (this.decoded ??= text(this.message))
+  }
+  get traceparent() {
+    return this.message.header(Subjects.Header.traceparent)
+  }
+  get limited() {
+    return this.message.header(Subjects.Header.reason) === "rate-limited"
+  }
+  get edge() {
+    const edge = this.message.header(Subjects.Header.edge)
+    return edge === undefined ? undefined : Subjects.EdgeId(edge)
+  }
+  get user() {
+    return this.message.header(Subjects.Header.user)
+  }
+  get http() {
+    return this.message.header(Subjects.Header.http)
+  }
+  get httpOp() {
+    return this.message.header(Subjects.Header.httpOp)
+  }
+  get lastEventId() {
+    return this.message.header(Subjects.Header.lastEventId)
+  }
+}
+
+/** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
+export const edgeLink = Effect.map(Bus, (bus) => ({
+  /** One socket, for repeated sends (its headers are built once). */
+  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, Subjects.Header.conn, conn),
+  /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
+  toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
+  close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason),
+  /**
+   * Closes a socket and ends `service`'s actor of it at once: when a client comes back through
+   * another edge, the old socket's edge may be dead, and would never say that it closed.
+   */
+  closeAndEnd: (service: Subjects.ServiceName, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => {
+    closeSocket(bus, edge, conn, code, reason)
+    endActor(bus, service, conn, code, reason)
+  },
+  /** An exchange of a Streamable HTTP session; one subject per edge keeps notifications before the response they precede. */
+  exchange: (edge: Subjects.EdgeId, conn: Subjects.ConnId, exchange: string): HttpExchange => {
+    const out = Subjects.edgeOut(edge)
+    return {
+      send: (data, options = {}) => {
+        const headers: Record<string, string> = { [Subjects.Header.op]: "deliver", [Subjects.Header.conn]: conn, [Subjects.Header.http]: exchange }
+        if (options.end === true) headers[Subjects.Header.httpEnd] = "1"
+        if (options.eventId !== undefined) headers[Subjects.Header.eventId] = options.eventId
+        if (options.traceparent !== undefined) headers[Subjects.Header.traceparent] = options.traceparent
+        bus.unsafePublish(out, data, headers)
+      }
+    }
+  }
+}))
+
+/** Asks the edge to close a socket; the edge then tells the actor `closed`, as for any close. */
+export const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
+  bus.unsafePublish(Subjects.edgeOut(edge), "", {
+    [Subjects.Header.op]: "close",
+    [Subjects.Header.conn]: conn,
+    [Subjects.Header.code]: String(code),
+    [Subjects.Header.reason]: reason
+  })
+
+/** Ends an actor as its socket's close would: what a session with no socket, or whose edge died, needs. */
+export const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.ConnId, code: number, reason: string) =>
+  bus.unsafePublish(Subjects.conn(service, conn), "", {
+    [Subjects.Header.op]: "closed",
+    [Subjects.Header.code]: String(code),
+    [Subjects.Header.reason]: reason
+  })
+
+/** `name` is `sb-conn` for one socket, `sb-conns` for a comma-separated group on the same edge. */
+export const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: string): Socket => {
+  const out = Subjects.edgeOut(edge)
+  const untraced = deliverHeaders(name, value, undefined)
+  return {
+    send: (data, traceparent) =>
+      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(name, value, traceparent))
+  }
+}
+
+const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
+  traceparent === undefined
+    ? { [Subjects.Header.op]: "deliver", [name]: value }
+    : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }
