@@ -121,7 +121,8 @@ describe("hostile registry input: deeply nested JSON", () => {
       }
       expect(hubs).toHaveLength(1)
       const bus = Context.get(ctx, Bus.Bus)
-      const headers = Actors.peerHeaders(RegistryProtocol.PeerKind.fromTab)
+      // As a tab actor tells it (`Registry.FromTab`), with bodies no tab actor would send.
+      const headers = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: "FromTab" satisfies RegistryProtocol.FromTab["_tag"] }
       for (const body of ["{not json", "null", `{"tab":"x","message":5}`, `{"tab":"x","message":${nested(6_000)}}`]) {
         yield* bus.publish(Subjects.conn("registry", Subjects.ConnId(hubs[0]!)), body, headers)
       }

@@ -18,7 +18,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type BusShape, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
+import { Bus, type BusMessage, type BusShape, type Headers, type Subscription, text } from "./Bus.ts"
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed, type TypedBucket } from "./Kv.ts"
 import { type Envelope, Mailbox } from "./Mailbox.ts"
@@ -57,25 +57,7 @@ export interface Connection extends Peer.Sender {
    * session has no socket: the actor ends itself the same way.
    */
   readonly close: (code: number, reason: string) => void
-  /**
-   * Sends a message to the actor of another connection of the same service, wherever it lives:
-   * straight into its mailbox when it is on this replica, over the bus otherwise. `value`, when
-   * given, is what `data` decodes to; a local receiver gets it back from `localValue` instead of
-   * decoding `data` again.
-   *
-   * @deprecated Use a typed protocol (`Peer.protocol`: `tell`, `ask`). Kept only until the registry
-   * migrates to one, next.
-   */
-  readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string, value?: unknown) => void
 }
-
-/**
- * The decoded value a local peer sent along with a message, if it did.
- *
- * @deprecated With a typed protocol (`Peer.protocol`) the receiver gets the value itself. Kept
- * until the registry migrates.
- */
-export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
 
 /**
  * An actor's session record in KV, keyed by its connection id: what a replica that adopts the
@@ -103,8 +85,6 @@ export interface Socket {
  */
 export interface Actor<R = never, M = never> {
   readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R> | void
-  /** A message from another actor (see `Connection.peer`); it may carry a reply subject. Not called when `receive` is given. */
-  readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R> | void
   /** A message of the host's typed `protocol` from another actor, and the reply to it when it was asked. */
   readonly receive?: (message: M, reply: Peer.ReplyTo) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
@@ -295,23 +275,6 @@ const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.C
     [Subjects.Header.reason]: reason
   })
 
-/**
- * Actors address each other by their connection's subject, never by replica: a `peer` message goes
- * into the other actor's mailbox, in order with its frames.
- *
- * @deprecated Typed protocols (`Peer.protocol`) build their own headers. Kept until the registry migrates.
- */
-const untracedPeerHeaders = new Map<string, Headers>()
-export const peerHeaders = (kind: string, traceparent?: string): Headers => {
-  if (traceparent !== undefined) {
-    return { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind, [Subjects.Header.traceparent]: traceparent }
-  }
-  // The same record every time, so adapters can cache what they derive from it.
-  let h = untracedPeerHeaders.get(kind)
-  if (h === undefined) untracedPeerHeaders.set(kind, (h = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }))
-  return h
-}
-
 /** `name` is `sb-conn` for one socket, `sb-conns` for a comma-separated group on the same edge. */
 const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: string): Socket => {
   const out = Subjects.edgeOut(edge)
@@ -319,25 +282,6 @@ const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: strin
   return {
     send: (data, traceparent) =>
       bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(name, value, traceparent))
-  }
-}
-
-/** A peer message that never left the process; it reads like one that came over the bus. */
-class LocalMessage implements BusMessage {
-  readonly reply = undefined
-  private bytes: Uint8Array | undefined
-  constructor(
-    readonly subject: string,
-    private readonly raw: Uint8Array | string,
-    private readonly headers: Headers,
-    readonly value: unknown
-  ) {}
-  /** Encoded on first use: a receiver that takes `value` never needs the bytes. */
-  get data() {
-    return (this.bytes ??= toBytes(this.raw))
-  }
-  header(name: string) {
-    return this.headers[name]
   }
 }
 
@@ -374,16 +318,6 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
     const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) }
-    const peer: Connection["peer"] = (target, kind, data, traceparent, value) => {
-      const mailbox = owned.get(target)
-      const headers = peerHeaders(kind, traceparent)
-      if (mailbox !== undefined) {
-        const subject = Subjects.conn(options.service, target)
-        mailbox.offer(new LocalMessage(subject, data, headers, value))
-      } else {
-        bus.unsafePublish(Subjects.conn(options.service, target), data, headers)
-      }
-    }
 
     /** This replica's actors, each as a hand-off needs it. */
     const hosted = new Map<Subjects.ConnId, Handoff.Handover<R>>()
@@ -410,7 +344,6 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       open: event,
       user: event.claims?.sub,
       send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
-      peer,
       route,
       close: http
         ? (code, reason) => endActor(bus, options.service, connId, code, reason)
@@ -451,7 +384,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         readonly subscription: Subscription,
         private readonly scope: Scope.CloseableScope,
         private readonly actor: Actor<R, M>,
-        /** The actor's `onPeer`, or its typed `receive` behind the protocol's decoding. */
+        /** The actor's typed `receive` behind the protocol's decoding. */
         private readonly onPeer: ((message: BusMessage) => Effect.Effect<void, never, R> | void) | undefined
       ) {}
       get ended() {
@@ -561,7 +494,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
           return false
         }
         const actorMade = made.value
-        const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : actorMade.onPeer
+        const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : undefined
         if (!http) {
           let local = byEdge.get(edgeId)
           if (!local) byEdge.set(edgeId, (local = new Map()))
