@@ -5,13 +5,12 @@
  * out. The session (`HubSession.ts`) decodes requests and hands the calls here; the calls answer
  * on the exchange each came in on. Their timers live in the session actor's scope.
  */
-import { Actors, Bus, Subjects, TimedMap } from "@switchboard/bus"
+import { type Actors, Bus, Subjects, TimedMap } from "@switchboard/bus"
 import { JsonRpc, Registry } from "@switchboard/protocol"
 import { InternalClient } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
