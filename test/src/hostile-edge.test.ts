@@ -4,8 +4,9 @@
  * one user, headers sent a byte at a time, and a slow consumer counted under the code it was sent.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Actors, Bus, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Peer, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
+import { Edge as EdgeProtocol } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
@@ -83,10 +84,9 @@ describe("edge against hostile peers", () => {
     Effect.gen(function*() {
       const { bus, edge, ws } = yield* start()
       // A broker with bugs: a status Node refuses to write, and an answer without a body.
-      yield* bus.subscribe(Subjects.http("broker"), (m) => {
-        const answer = Bus.text(m).includes("/v0/topics") ? { status: 42, body: {} } : { status: 200 }
-        Effect.runFork(bus.respond(m, JSON.stringify(answer)))
-      })
+      yield* Peer.protocol(EdgeProtocol.ServiceHttp).serve(Subjects.http("broker"), (message, reply) =>
+        reply(message).succeed(message.path === "/v0/topics" ? { status: 42, body: {} } : { status: 200, body: undefined })
+      ).pipe(Effect.provideService(Bus.Bus, bus))
       const statuses = yield* Effect.forEach(["/v0/topics", "/admin/anything"], (path) => Effect.promise(() => fetch(`${edge.url}${path}`).then((r) => r.status)))
       expect(statuses).toEqual([500, 500])
       const c = yield* connect(`${ws}/closer`)

@@ -8,7 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { InMemorySpanExporter } from "@opentelemetry/sdk-trace-base"
 import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
-import { Registry as RegistryProtocol } from "@switchboard/protocol"
+import type { Registry as RegistryProtocol } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import { Telemetry } from "@switchboard/telemetry"
@@ -121,7 +121,8 @@ describe("hostile registry input: deeply nested JSON", () => {
       }
       expect(hubs).toHaveLength(1)
       const bus = Context.get(ctx, Bus.Bus)
-      const headers = Actors.peerHeaders(RegistryProtocol.PeerKind.fromTab)
+      // As a tab actor tells it (`Registry.FromTab`), with bodies no tab actor would send.
+      const headers = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: "FromTab" satisfies RegistryProtocol.FromTab["_tag"] }
       for (const body of ["{not json", "null", `{"tab":"x","message":5}`, `{"tab":"x","message":${nested(6_000)}}`]) {
         yield* bus.publish(Subjects.conn("registry", Subjects.ConnId(hubs[0]!)), body, headers)
       }

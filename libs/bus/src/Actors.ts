@@ -20,7 +20,7 @@ import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
+import { Bus, type BusMessage, type Subscription, text } from "./Bus.ts"
 import { closeSocket, decodeOpen, encodeOpenReply, endActor, type Frame, IncomingFrame, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed } from "./Kv.ts"
@@ -46,25 +46,7 @@ export interface Connection extends Peer.Sender {
    * session has no socket: the actor ends itself the same way.
    */
   readonly close: (code: number, reason: string) => void
-  /**
-   * Sends a message to the actor of another connection of the same service, wherever it lives:
-   * straight into its mailbox when it is on this replica, over the bus otherwise. `value`, when
-   * given, is what `data` decodes to; a local receiver gets it back from `localValue` instead of
-   * decoding `data` again.
-   *
-   * @deprecated Use a typed protocol (`Peer.protocol`: `tell`, `ask`). Kept only until the registry
-   * migrates to one, next.
-   */
-  readonly peer: (target: Subjects.ConnId, kind: string, data: Uint8Array | string, traceparent?: string, value?: unknown) => void
 }
-
-/**
- * The decoded value a local peer sent along with a message, if it did.
- *
- * @deprecated With a typed protocol (`Peer.protocol`) the receiver gets the value itself. Kept
- * until the registry migrates.
- */
-export const localValue = (message: BusMessage): unknown => (message instanceof LocalMessage ? message.value : undefined)
 
 /**
  * What an actor does with its mailbox, one message at a time. A handler that finishes its work
@@ -73,8 +55,6 @@ export const localValue = (message: BusMessage): unknown => (message instanceof 
  */
 export interface Actor<R = never, M = never> {
   readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R> | void
-  /** A message from another actor (see `Connection.peer`); it may carry a reply subject. Not called when `receive` is given. */
-  readonly onPeer?: (message: BusMessage) => Effect.Effect<void, never, R> | void
   /** A message of the host's typed `protocol` from another actor, and the reply to it when it was asked. */
   readonly receive?: (message: M, reply: Peer.ReplyTo) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
@@ -141,42 +121,6 @@ export interface HandoffCounts {
   failed: number
 }
 
-/**
- * Actors address each other by their connection's subject, never by replica: a `peer` message goes
- * into the other actor's mailbox, in order with its frames.
- *
- * @deprecated Typed protocols (`Peer.protocol`) build their own headers. Kept until the registry migrates.
- */
-const untracedPeerHeaders = new Map<string, Headers>()
-export const peerHeaders = (kind: string, traceparent?: string): Headers => {
-  if (traceparent !== undefined) {
-    return { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind, [Subjects.Header.traceparent]: traceparent }
-  }
-  // The same record every time, so adapters can cache what they derive from it.
-  let h = untracedPeerHeaders.get(kind)
-  if (h === undefined) untracedPeerHeaders.set(kind, (h = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: kind }))
-  return h
-}
-
-/** A peer message that never left the process; it reads like one that came over the bus. */
-class LocalMessage implements BusMessage {
-  readonly reply = undefined
-  private bytes: Uint8Array | undefined
-  constructor(
-    readonly subject: string,
-    private readonly raw: Uint8Array | string,
-    private readonly headers: Headers,
-    readonly value: unknown
-  ) {}
-  /** Encoded on first use: a receiver that takes `value` never needs the bytes. */
-  get data() {
-    return (this.bytes ??= toBytes(this.raw))
-  }
-  header(name: string) {
-    return this.headers[name]
-  }
-}
-
 /** Hosts the actors of one service until the scope closes. */
 export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, M>) =>
   Effect.gen(function*() {
@@ -203,16 +147,6 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
     const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) }
-    const peer: Connection["peer"] = (target, kind, data, traceparent, value) => {
-      const mailbox = owned.get(target)
-      const headers = peerHeaders(kind, traceparent)
-      if (mailbox !== undefined) {
-        const subject = Subjects.conn(options.service, target)
-        mailbox.offer(new LocalMessage(subject, data, headers, value))
-      } else {
-        bus.unsafePublish(Subjects.conn(options.service, target), data, headers)
-      }
-    }
 
     /** This replica's actors, each as a hand-off needs it. */
     const hosted = new Map<Subjects.ConnId, Handoff.Handover<R>>()
@@ -239,7 +173,6 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       open: event,
       user: event.claims?.sub,
       send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
-      peer,
       route,
       close: http
         ? (code, reason) => endActor(bus, options.service, connId, code, reason)
@@ -278,7 +211,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         readonly subscription: Subscription,
         private readonly scope: Scope.CloseableScope,
         private readonly actor: Actor<R, M>,
-        /** The actor's `onPeer`, or its typed `receive` behind the protocol's decoding. */
+        /** The actor's typed `receive` behind the protocol's decoding. */
         private readonly onPeer: ((message: BusMessage) => Effect.Effect<void, never, R> | void) | undefined
       ) {}
       get ended() {
@@ -388,7 +321,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
           return false
         }
         const actorMade = made.value
-        const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : actorMade.onPeer
+        const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : undefined
         if (!http) byEdge.add(edgeId, connId, mailbox)
         owned.set(connId, mailbox)
         yield* meter.hosting(event, scope)

@@ -7,6 +7,7 @@
  * into its mailbox as the value it is, with no encoding; one to another replica is encoded with the
  * Schema and decoded on receipt, where a message that does not decode is logged and dropped.
  */
+import { Json } from "@switchboard/protocol"
 import * as Data from "effect/Data"
 import * as AST from "effect/SchemaAST"
 import * as Deferred from "effect/Deferred"
@@ -92,6 +93,8 @@ export interface AskOptions {
 }
 
 const DEFAULT_TIMEOUT = Duration.seconds(5)
+/** A peer message carries a client's frame (depth-checked where it came in) one level down at most. */
+const PEER_DEPTH = Json.MAX_DEPTH + 1
 
 /** A member of a protocol's union: a tagged class or request, or a `Schema.TaggedStruct`. */
 type Member = Schema.Schema.AnyNoContext
@@ -201,7 +204,7 @@ const noReply: ReplyTo = <Req extends Schema.TaggedRequest.All>() => nobody as u
 export class Protocol<M extends Message> implements Codec {
   private readonly members = new Map<string, {
     readonly encode: (value: M) => string
-    readonly decode: (text: string) => Either.Either<M, ParseResult.ParseError>
+    readonly decode: (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
   }>()
   /** Header records per tag, the same record every time: adapters may cache what they derive from it. */
   private readonly untraced = new Map<string, Headers>()
@@ -210,10 +213,9 @@ export class Protocol<M extends Message> implements Codec {
     for (const member of members) {
       const tag = tagOf(member)
       if (tag === undefined) throw new Error("a peer protocol's members are tagged classes, tagged requests or tagged structs")
-      const json = Schema.parseJson(member)
       this.members.set(tag, {
-        encode: Schema.encodeSync(json) as (value: M) => string,
-        decode: Schema.decodeUnknownEither(json) as (text: string) => Either.Either<M, ParseResult.ParseError>
+        encode: Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
+        decode: Schema.decodeUnknownEither(member) as (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
       })
       this.untraced.set(tag, { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: tag })
     }
@@ -297,7 +299,11 @@ export class Protocol<M extends Message> implements Codec {
     const tag = message.header(Subjects.Header.kind)
     const member = tag === undefined ? undefined : this.members.get(tag)
     if (member === undefined) return Either.left(`unknown peer message kind ${JSON.stringify(tag)}`)
-    return Either.mapLeft(member.decode(text(message)), (e) => `malformed ${tag}: ${e.message}`)
+    // Parsed with the depth bound every client frame gets: the bus is no trust boundary for shape,
+    // and what comes after a parse (Schemas, JSON.stringify of a forwarded answer) recurses.
+    const parsed = Json.parse(text(message), PEER_DEPTH)
+    if (Either.isLeft(parsed)) return Either.left(`malformed ${tag}: ${parsed.left}`)
+    return Either.mapLeft(member.decode(parsed.right), (e) => `malformed ${tag}: ${e.message}`)
   }
 
   /** The reply to a request that came over the bus from an asker waiting at `subject`: what an adopter rebuilds after a hand-off. */

@@ -19,9 +19,16 @@ export const Claims = Schema.Struct({
 })
 export type Claims = typeof Claims.Type
 
-/** The body of a request on `auth.verify` is the raw token; this is the reply. */
-export const VerifyReply = Schema.Union(
-  Schema.Struct({ ok: Schema.Literal(true), claims: Claims }),
-  Schema.Struct({ ok: Schema.Literal(false), error: Schema.String })
-)
-export type VerifyReply = typeof VerifyReply.Type
+/** The auth service checked the token and refused it; `reason` says why (expired, bad signature...). */
+export class TokenRefused extends Schema.TaggedError<TokenRefused>()("TokenRefused", { reason: Schema.String }) {}
+
+/** Any service → the auth service (`auth.verify`, its queue group): check a token; its claims come back. */
+export class Verify extends Schema.TaggedRequest<Verify>()("Verify", {
+  failure: TokenRefused,
+  success: Claims,
+  payload: { token: Schema.String }
+}) {}
+
+/** What the auth service is asked. */
+export const AuthPeer = Schema.Union(Verify)
+export type AuthPeer = typeof AuthPeer.Type

@@ -65,3 +65,17 @@ export const HttpResponse = Schema.Struct({
   body: Schema.Unknown
 })
 export type HttpResponse = typeof HttpResponse.Type
+
+/**
+ * The edge asks the service that answers a path (`http.<service>`, its queue group) to handle one
+ * plain HTTP request; every request gets a response, an error status included, so it cannot fail.
+ */
+export class HttpForward extends Schema.TaggedRequest<HttpForward>()("HttpForward", {
+  failure: Schema.Never,
+  success: HttpResponse,
+  payload: HttpRequest.fields
+}) {}
+
+/** What the edge asks of a service besides its connections. */
+export const ServiceHttp = Schema.Union(HttpForward)
+export type ServiceHttp = typeof ServiceHttp.Type

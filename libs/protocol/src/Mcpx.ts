@@ -99,23 +99,27 @@ export class PrivilegeChanged extends Schema.TaggedClass<PrivilegeChanged>()("Pr
 export const ParticipantPeer = Schema.Union(PrivilegeChanged)
 export type ParticipantPeer = typeof ParticipantPeer.Type
 
+/** Why a replica did not take a topic on: it stops too, has the topic already, or the claim is not the asker's. */
+export class TopicHandoffRefused extends Schema.TaggedError<TopicHandoffRefused>()("TopicHandoffRefused", { reason: Schema.String }) {}
+
 /**
  * A stopping broker replica asks another (the broker's queue group) to sequence one of its topics:
  * with its members as they are, from the last history sequence it sent out. The new sequencer
  * subscribes, publishes a marker with `token` on the topic's subject, and takes the claim from
- * `from` (compare-and-set) before it answers.
+ * `from` (compare-and-set) before it answers with its replica id.
  */
-export const TopicHandoff = Schema.Struct({
-  topic: Schema.String,
-  from: Schema.String,
-  token: Schema.String,
-  delivered: Schema.Number,
-  members: Schema.Array(Member)
-})
-export type TopicHandoff = typeof TopicHandoff.Type
+export class TopicHandoff extends Schema.TaggedRequest<TopicHandoff>()("TopicHandoff", {
+  failure: TopicHandoffRefused,
+  success: Schema.Struct({ replica: Schema.String }),
+  payload: {
+    topic: Schema.String,
+    from: Schema.String,
+    token: Schema.String,
+    delivered: Schema.Number,
+    members: Schema.Array(Member)
+  }
+}) {}
 
-export const TopicHandoffReply = Schema.Union(
-  Schema.Struct({ ok: Schema.Literal(true), replica: Schema.String }),
-  Schema.Struct({ ok: Schema.Literal(false), reason: Schema.String })
-)
-export type TopicHandoffReply = typeof TopicHandoffReply.Type
+/** What one broker replica asks of another, on the broker's queue group. */
+export const BrokerPeer = Schema.Union(TopicHandoff)
+export type BrokerPeer = typeof BrokerPeer.Type

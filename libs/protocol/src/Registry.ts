@@ -308,10 +308,28 @@ export const HubHandoff = Schema.Struct({
 export type HubHandoff = typeof HubHandoff.Type
 export type HttpStreamState = NonNullable<HubHandoff["stream"]>
 
-/** The `kind` header of peer messages between registry actors. */
-export const PeerKind = {
-  /** Tab actor → hub actor: a response or progress notification from the tab, with the tab's conn. */
-  fromTab: "from-tab",
-  /** A `/hub` session's actor to itself: its user's view changed, outside its mailbox. */
-  wake: "wake"
-} as const
+// --- the registry's peer protocol: what its actors say to each other --------------------------
+
+/**
+ * Tab actor → hub actor: a response, progress or cancellation the tab sent for one of the hub's
+ * calls, routed by the id the hub gave the attempt (`<hub conn>:<n>`), with the tab's own conn so
+ * that the hub takes answers only from the tab the attempt went to. One per answer, so a plain
+ * tagged struct: a class instance costs microseconds to construct, an object literal nothing.
+ */
+export const FromTab = Schema.TaggedStruct("FromTab", {
+  tab: Schema.String,
+  message: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+export type FromTab = typeof FromTab.Type
+
+/** A `/hub` session's actor to itself: its user's view changed outside its mailbox. */
+export class Wake extends Schema.TaggedClass<Wake>()("Wake", {}) {}
+
+/**
+ * Every message between the registry's actors. All are told: a call's attempt goes down the tab's
+ * socket and its answer comes back by the id it carries, which still finds the hub's actor after
+ * either side was handed to another replica, where an ask's reply would not. The one request the
+ * registry makes, opening a tab, is the router's (`Proxy.InternalRequest`).
+ */
+export const RegistryPeer = Schema.Union(FromTab, Wake)
+export type RegistryPeer = typeof RegistryPeer.Type

@@ -3,7 +3,7 @@
  * kept briefly per token, since a reconnecting client, and a Streamable HTTP client with every
  * request, presents the same token again and again.
  */
-import { Bus, Subjects } from "@switchboard/bus"
+import { Bus, Peer, Subjects } from "@switchboard/bus"
 import { Auth } from "@switchboard/protocol"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
@@ -11,7 +11,6 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 
 /** The token was checked and refused. */
 export class AuthFailed extends Data.TaggedError("AuthFailed")<{ readonly reason: string }> {
@@ -38,7 +37,8 @@ export interface AuthClientShape {
 
 export class AuthClient extends Context.Tag("@switchboard/auth/AuthClient")<AuthClient, AuthClientShape>() {}
 
-const decodeReply = Schema.decodeUnknownEither(Schema.parseJson(Auth.VerifyReply))
+/** What the auth service is asked. */
+const authPeers = Peer.protocol(Auth.AuthPeer)
 
 const GOOD_FOR = 30_000
 const BAD_FOR = 5_000
@@ -55,12 +55,17 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
     const ask = (token: string) =>
-      bus.request(Subjects.authVerify, token, { timeout: "3 seconds" }).pipe(
-        Effect.mapError((e) => new AuthUnavailable({ reason: `auth service unavailable (${e._tag})`, cause: e })),
-        Effect.flatMap((m) =>
-          Effect.mapError(decodeReply(Bus.text(m)), (e) => new AuthUnavailable({ reason: "malformed auth reply", cause: e }))
-        ),
-        Effect.flatMap((reply) => (reply.ok ? Effect.succeed(reply.claims) : Effect.fail(new AuthFailed({ reason: reply.error }))))
+      authPeers.call(Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }).pipe(
+        Effect.provideService(Bus.Bus, bus),
+        Effect.catchTags({
+          TokenRefused: (e) => new AuthFailed({ reason: e.reason }),
+          PeerTimeout: (e) => new AuthUnavailable({ reason: "auth service unavailable (no answer in time)", cause: e }),
+          PeerUnavailable: (e) =>
+            new AuthUnavailable({
+              reason: e.reason === "Malformed" ? "malformed auth reply" : `auth service unavailable (${e.reason === "NoResponders" ? "NoResponders" : "bus failed"})`,
+              cause: e
+            })
+        })
       )
     // Only verdicts are kept, never "unavailable": a good one for 30 s, a refusal for 5 s, and a
     // kept token is still checked against its own expiry. Expired verdicts are swept every 30 s,

@@ -9,12 +9,13 @@ import { type Auth, Edge, Json, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
-import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import * as BrokerConfig from "./Config.ts"
 
-const decodeRequest = Schema.decodeUnknownEither(Edge.HttpRequest)
-const encodeResponse = Schema.encodeSync(Schema.parseJson(Edge.HttpResponse))
+/** What the edge forwards: plain HTTP requests under the broker's paths. */
+const httpPeers = Peer.protocol(Edge.ServiceHttp)
+/** Whether an answer can go back as JSON (a body with a BigInt, say, cannot): checked before it is sent. */
+const encodeResponse = Schema.encodeEither(Schema.parseJson(Edge.HttpResponse))
 
 /** What participants' actors hear from the rest of the broker: this API's privilege changes (see Broker.ts). */
 export const participantPeers = Peer.protocol(Mcpx.ParticipantPeer)
@@ -129,29 +130,20 @@ export const make = Effect.gen(function*() {
     )
 
   /** Every request gets an answer: a defect is logged and answered 500, never left to the edge's timeout. */
-  const answer = (message: Bus.BusMessage) => {
-    const request = Either.flatMap(Json.parse(Bus.text(message)), (raw) => Either.mapLeft(decodeRequest(raw), (e) => e.message))
-    const handled = Either.isLeft(request)
-      ? Effect.as(Effect.logWarning(`malformed HTTP request from the edge: ${request.left}`), problem(400, "malformed request"))
-      : route(request.right).pipe(Effect.annotateLogs({ method: request.right.method, path: request.right.path }))
-    return handled.pipe(
+  const answer = (request: Edge.HttpForward) =>
+    route(request).pipe(
+      Effect.annotateLogs({ method: request.method, path: request.path }),
       Effect.catchAllCause((cause) => Effect.as(Effect.logError("the HTTP API failed", cause), problem(500, "internal error"))),
       Effect.flatMap((response) =>
-        Effect.try(() => encodeResponse(response)).pipe(
-          Effect.catchAll((cause) =>
-            Effect.as(Effect.logError("could not encode an HTTP answer", cause), encodeResponse(problem(500, "could not encode the answer")))
-          )
-        )
-      ),
-      Effect.flatMap((text) => bus.respond(message, text)),
-      Effect.catchAllCause((cause) => Effect.logError("could not answer an HTTP request", cause))
+        Either.isRight(encodeResponse(response))
+          ? Effect.succeed(response)
+          : Effect.as(Effect.logError("could not encode an HTTP answer"), problem(500, "could not encode the answer"))
+      )
     )
-  }
 
-  const runtime = yield* Effect.runtime<never>()
-  yield* bus.subscribe(
+  yield* httpPeers.serve(
     Subjects.http("broker"),
-    (message) => void Runtime.runFork(runtime)(answer(message)),
+    (message, reply) => Effect.flatMap(answer(message), reply(message).succeed),
     { queue: Subjects.Queue.service("broker") }
   )
 })

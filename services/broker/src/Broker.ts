@@ -34,8 +34,8 @@ const decoder = new TextDecoder()
 const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
 /** What reaches a topic's sequencer on its subject, besides the history. */
 const topicEvents = Peer.protocol(Mcpx.TopicEvent)
-const handoffCodec = Json.codec(Mcpx.TopicHandoff)
-const handoffReplyCodec = Json.codec(Mcpx.TopicHandoffReply)
+/** What one broker replica asks another: to take a topic on. */
+const brokerPeers = Peer.protocol(Mcpx.BrokerPeer)
 
 const now = () => new Date().toISOString()
 const isRecord = JsonRpc.isRecord
@@ -527,11 +527,12 @@ export const make = Effect.gen(function*() {
       topic.phase = "transferring"
       // Nothing goes out from here on: the new sequencer starts right after this sequence.
       const delivered = topic.delivered
-      const request = handoffCodec.encode({ topic: topic.name, from: replica, token: transfer.token, delivered, members: [...topic.members.values()] })
+      const request = new Mcpx.TopicHandoff({ topic: topic.name, from: replica, token: transfer.token, delivered, members: [...topic.members.values()] })
       const taken = yield* recordDelivered(topic).pipe(
-        Effect.zipRight(bus.request(Subjects.topicHandoff, request, { timeout: TRANSFER_TIMEOUT })),
-        Effect.flatMap((m) => handoffReplyCodec.decode(Bus.text(m))),
-        Effect.map((reply) => reply.ok),
+        Effect.zipRight(brokerPeers.call(Subjects.topicHandoff, request, { timeout: TRANSFER_TIMEOUT })),
+        Effect.provideService(Bus.Bus, bus),
+        Effect.as(true),
+        Effect.catchTag("TopicHandoffRefused", () => Effect.succeed(false)),
         Effect.catchAll(() =>
           // No answer may still mean it was taken: the claim says.
           claims.get(Subjects.Key.topic(topic.name)).pipe(
@@ -560,9 +561,9 @@ export const make = Effect.gen(function*() {
   const receiveTopic = (request: Mcpx.TopicHandoff) =>
     Effect.gen(function*() {
       const { topic } = request
-      if (stopping) return { ok: false, reason: "this replica stops too" } as const
+      if (stopping) return yield* new Mcpx.TopicHandoffRefused({ reason: "this replica stops too" })
       for (let pending = settingUp.get(topic); pending !== undefined; pending = settingUp.get(topic)) yield* Deferred.await(pending)
-      if (sequenced.has(topic)) return { ok: false, reason: "this replica has the topic set up already" } as const
+      if (sequenced.has(topic)) return yield* new Mcpx.TopicHandoffRefused({ reason: "this replica has the topic set up already" })
       // A participant joining here meanwhile waits for this, as for any set-up: it must not set
       // up a second sequencer on finding the claim already this replica's.
       const ready = Deferred.unsafeMake<void>(FiberId.none)
@@ -595,30 +596,25 @@ export const make = Effect.gen(function*() {
         const current = yield* claims.get(key)
         if (Option.isNone(current) || decoder.decode(current.value.value) !== request.from) {
           yield* Scope.close(subscription, Exit.void)
-          return { ok: false, reason: "the topic is not the asking replica's" } as const
+          return yield* new Mcpx.TopicHandoffRefused({ reason: "the topic is not the asking replica's" })
         }
         yield* claims.update(key, replica, current.value.revision)
         yield* history.follow(Subjects.historyKey(topic), { from: request.delivered + 1 }, onEntry(state)).pipe(Scope.extend(subscription))
         sequenced.set(topic, state)
         // An old sequencer that dies before it forwarded everything must not leave the topic held.
         run(Effect.sleep(TRANSFER_TIMEOUT).pipe(Effect.zipRight(Effect.suspend(() => (state.phase === "receiving" ? resume(state) : Effect.void)))))
-        return { ok: true, replica } as const
+        return { replica }
       }).pipe(Effect.onError(() => Scope.close(subscription, Exit.void)), Effect.ensuring(done))
     })
 
   /** Hand-off requests from stopping replicas; this replica stops taking them when it stops itself. */
   const topicIntake = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
-  const handoffs = yield* bus.subscribe(Subjects.topicHandoff, (m) => {
-    const request = handoffCodec.decode(Bus.text(m))
-    if (Either.isLeft(request)) return void run(Effect.logWarning("ignoring a malformed topic hand-off request"))
-    run(
-      receiveTopic(request.right).pipe(
-        Effect.catchAll((e) => Effect.succeed({ ok: false, reason: `could not take the topic on: ${e.message}` } as const)),
-        Effect.flatMap((reply) => bus.respond(m, handoffReplyCodec.encode(reply))),
-        Effect.catchAll((e) => Effect.logWarning("could not answer a topic hand-off request", e))
-      )
-    )
-  }, { queue: Subjects.Queue.service("broker") }).pipe(Scope.extend(topicIntake))
+  const handoffs = yield* brokerPeers.serve(Subjects.topicHandoff, (message, reply) =>
+    receiveTopic(message).pipe(
+      Effect.mapError((e) => (e._tag === "TopicHandoffRefused" ? e : new Mcpx.TopicHandoffRefused({ reason: `could not take the topic on: ${e.message}` }))),
+      Effect.exit,
+      Effect.flatMap(reply(message).complete)
+    ), { queue: Subjects.Queue.service("broker") }).pipe(Effect.provideService(Bus.Bus, bus), Scope.extend(topicIntake))
 
   /** Runs once this replica takes no new participants, before its participants' actors move. */
   const handTopicsOn = Effect.gen(function*() {

@@ -5,8 +5,8 @@
  * costs that request only.
  */
 import type { AuthClient } from "@switchboard/auth"
-import { Bus, Kv, Subjects } from "@switchboard/bus"
-import { Edge as EdgeProtocol, Json } from "@switchboard/protocol"
+import { Bus, Kv, Peer, Subjects } from "@switchboard/bus"
+import { Edge as EdgeProtocol } from "@switchboard/protocol"
 import type { Telemetry } from "@switchboard/telemetry"
 import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
@@ -49,8 +49,8 @@ export interface HttpRoutes {
 /** Largest HTTP request body the edge forwards to a service. */
 const MAX_HTTP_BODY = 64 * 1024
 
-const httpRequest = Json.codec(EdgeProtocol.HttpRequest)
-const httpResponse = Json.codec(EdgeProtocol.HttpResponse)
+/** How the edge asks a service to answer a plain HTTP request. */
+const httpPeers = Peer.protocol(EdgeProtocol.ServiceHttp)
 
 type Reply = (status: number, body: string, type?: string) => void
 
@@ -128,21 +128,21 @@ export const make = (
       })
       req.on("end", () => {
         guarded(req, reply, () => {
-          const request: EdgeProtocol.HttpRequest = {
+          const request = new EdgeProtocol.HttpForward({
             method: req.method ?? "GET",
             path: url.pathname,
             query: Object.fromEntries(url.searchParams),
             body: Buffer.concat(chunks).toString("utf8"),
             ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
-          }
+          })
           runFork(
-            bus.request(Subjects.http(service), httpRequest.encode(request), { timeout: "10 seconds" }).pipe(
-              Effect.flatMap((m) => httpResponse.decode(Bus.text(m))),
+            httpPeers.call(Subjects.http(service), request, { timeout: "10 seconds" }).pipe(
+              Effect.provideService(Bus.Bus, bus),
               Effect.match({
                 onFailure: (e) =>
-                  e._tag === "NoResponders"
+                  e._tag === "PeerUnavailable" && e.reason === "NoResponders"
                     ? reply(503, `${service} service unavailable\n`)
-                    : e._tag === "RequestTimeout"
+                    : e._tag === "PeerTimeout"
                     ? reply(504, `${service} service did not answer\n`)
                     : reply(502, "bad answer from the service\n"),
                 onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json")

@@ -5,12 +5,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { AuthClient } from "@switchboard/auth"
-import { Bus, Kv, MemoryBus, Subjects } from "@switchboard/bus"
+import { Kv, MemoryBus, Peer, Subjects } from "@switchboard/bus"
 import { Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Schema from "effect/Schema"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -30,8 +29,8 @@ const env = AuthClient.layer.pipe(
   Layer.provide(settings({ EMBED_SCRIPT: script, EMBED_ALLOWED_ORIGINS: "https://app.example" }))
 )
 
-const decodeRequest = Schema.decodeUnknownSync(Schema.parseJson(EdgeProtocol.HttpRequest))
-const encodeResponse = Schema.encodeSync(Schema.parseJson(EdgeProtocol.HttpResponse))
+/** How a service answers what the edge forwards (the broker's admin API does the same). */
+const httpPeers = Peer.protocol(EdgeProtocol.ServiceHttp)
 
 const serve = Effect.gen(function*() {
   let shuttingDown = false
@@ -102,10 +101,10 @@ describe("the edge's HTTP routes", () => {
     Effect.gen(function*() {
       const edge = yield* serve
       expect(statusAndBody(yield* request(`${edge.http}/v0/topics`))).toEqual([503, "broker service unavailable\n"])
-      const bus = yield* Bus.Bus
-      yield* bus.subscribe(Subjects.http("broker"), (m) => {
-        const asked = decodeRequest(Bus.text(m))
-        Effect.runFork(bus.respond(m, encodeResponse({ status: 201, body: { asked } })))
+      // A service that echoes what it was asked, decoded: the edge asked it in the protocol's types.
+      yield* httpPeers.serve(Subjects.http("broker"), (message, reply) => {
+        const { _tag, ...asked } = message
+        return reply(message).succeed({ status: 201, body: { tag: _tag, asked } })
       })
       const answer = yield* request(`${edge.http}/admin/participants/p1/promote?x=1`, {
         method: "POST",
@@ -114,6 +113,7 @@ describe("the edge's HTTP routes", () => {
       })
       expect([answer.status, answer.type]).toEqual([201, "application/json"])
       expect(JSON.parse(answer.body)).toEqual({
+        tag: "HttpForward",
         asked: { method: "POST", path: "/admin/participants/p1/promote", query: { x: "1" }, body: "{\"to\":\"full\"}", authorization: "Bearer admin" }
       })
       const large = yield* request(`${edge.http}/v0/topics`, { method: "POST", body: "x".repeat(65 * 1024) }).pipe(

@@ -2,10 +2,10 @@
  * The actor of an MCP session at `/hub`, over either transport (`HubTransport.ts`): it
  * authenticates the client, follows its user's records through the replica's view (`Views.ts`),
  * lists them under unique names (`Naming.ts`) and pushes `list_changed` when they change. Its
- * `tools/call`s are `ToolCall.ts`'s; a tab's answer comes back through the tab's actor as a peer
- * message.
+ * `tools/call`s are `ToolCall.ts`'s; a tab's answer comes back through the tab's actor, told as
+ * `Registry.FromTab`.
  */
-import { Actors, type Bus, Subjects } from "@switchboard/bus"
+import { Actors } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -18,13 +18,14 @@ import type * as Tracer from "effect/Tracer"
 import * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
 import { failure, LIST_CHANGED, result, sameJson } from "./Replies.ts"
-import type * as Replica from "./Replica.ts"
+import * as Replica from "./Replica.ts"
 import * as ToolCall from "./ToolCall.ts"
 import type * as Views from "./Views.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
-const { PeerKind } = Registry
+/** The same message every time: a wake carries nothing. */
+const WAKE = new Registry.Wake()
 const isRecord = JsonRpc.isRecord
 
 const SERVER_INFO = { name: "switchboard-registry", version: "0.1.0" }
@@ -88,7 +89,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
         const unlisten = v.listen(() => {
           if (wakeQueued) return
           wakeQueued = true
-          conn.peer(conn.id, PeerKind.wake, "")
+          Replica.peers.tell(conn, conn.id, WAKE)
         })
         yield* Scope.addFinalizer(scope, Effect.sync(unlisten))
       })
@@ -239,11 +240,8 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       calls.tabsChanged()
     }
 
-    const onPeer = (message: Bus.BusMessage): Effect.Effect<void> | void => {
-      const kind = message.header(Subjects.Header.kind)
-      if (kind === PeerKind.fromTab) return calls.fromTab(message)
-      if (kind === PeerKind.wake) return onWake()
-    }
+    const receive = (message: Registry.RegistryPeer): Effect.Effect<void> | void =>
+      message._tag === "FromTab" ? calls.fromTab(message) : onWake()
 
     const onClosed = () =>
       Effect.suspend(() => {
@@ -260,8 +258,8 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
     // A tab that closed while the session moved: its calls are retried, as on any wake.
     if (calls.resume(handedOver, transport) > 0) {
       wakeQueued = true
-      conn.peer(conn.id, PeerKind.wake, "")
+      Replica.peers.tell(conn, conn.id, WAKE)
     }
 
-    return { onFrame, onPeer, onClosed, onHandoff } satisfies Actors.Actor
+    return { onFrame, receive, onClosed, onHandoff } satisfies Actors.Actor<never, Registry.RegistryPeer>
   })

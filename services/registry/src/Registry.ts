@@ -19,6 +19,7 @@ export const make = Effect.gen(function*() {
   const hub = HubSession.make(replica)
   yield* Actors.host({
     service: "registry",
+    protocol: Replica.peers,
     replicaHeartbeat: replica.config.replicaHeartbeat,
     shutdownGrace: replica.config.shutdownGrace,
     make: (conn, restored, handedOver) => (conn.open.path === "/tabs" ? tab(conn, restored) : hub(conn, restored, handedOver))

@@ -4,7 +4,7 @@
  * per replica (`Registry.ts`); each session takes what it needs from it.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Subjects } from "@switchboard/bus"
+import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Peer, Subjects } from "@switchboard/bus"
 import { Edge, Registry } from "@switchboard/protocol"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -12,6 +12,9 @@ import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as RegistryConfig from "./Config.ts"
 import * as Views from "./Views.ts"
+
+/** What the registry's actors say to each other (`Registry.RegistryPeer`). */
+export const peers = Peer.protocol(Registry.RegistryPeer)
 
 export const make = Effect.gen(function*() {
   const kv = yield* Kv.Kv

@@ -1,7 +1,7 @@
 /**
  * The actor of a tab bridge's socket (`/tabs`): the tab says who it is (`browser/hello`), registers
  * its page's tools, and keeps them in KV (user → domain → tab) while its socket is open. The tab's
- * answers to calls go on to the `/hub` session that asked, as peer messages (`ToolCall.ts`).
+ * answers to calls go on to the `/hub` session that asked, told as `Registry.FromTab` (`ToolCall.ts`).
  */
 import { Actors, Subjects } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
@@ -11,14 +11,13 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Rejections from "./Rejections.ts"
-import type * as Replica from "./Replica.ts"
+import * as Replica from "./Replica.ts"
 import { failure, result, sameJson } from "./Replies.ts"
-import type { FromTab } from "./ToolCall.ts"
 import { WarningThrottle } from "./WarningThrottle.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
-const { Method, PeerKind } = Registry
+const { Method } = Registry
 const isRecord = JsonRpc.isRecord
 
 const decodeHello = Schema.decodeUnknownEither(Registry.Hello)
@@ -176,9 +175,8 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       if (typeof routing !== "string") return
       const hub = routing.slice(0, routing.indexOf(":"))
       if (!Subjects.isConnId(hub)) return
-      const value: FromTab = { tab: conn.id, message }
-      // The frame is valid JSON already; it travels inside the envelope without being encoded again.
-      conn.peer(hub, PeerKind.fromTab, `{"tab":${JSON.stringify(conn.id)},"message":${frame.text}}`, frame.traceparent, value)
+      // Parsed once, here: a hub actor on this replica takes the value as it is.
+      Replica.peers.tell(conn, hub, { _tag: "FromTab", tab: conn.id, message }, frame.traceparent)
     }
 
     const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {

@@ -1,16 +1,15 @@
 /**
  * The `tools/call`s of one `/hub` session: each goes to the best tab's socket under an id of its
- * own, waits for the tab's answer (with progress before it) as a peer message from the tab's
- * actor, is retried when its tab closes, opens a tab for a cached tool that has none, and times
+ * own, waits for the tab's answer (with progress before it), told by the tab's actor
+ * (`Registry.FromTab`), is retried when its tab closes, opens a tab for a cached tool that has none, and times
  * out. The session (`HubSession.ts`) decodes requests and hands the calls here; the calls answer
  * on the exchange each came in on. Their timers live in the session actor's scope.
  */
-import { Actors, Bus, InternalClient, Subjects, TimedMap } from "@switchboard/bus"
-import { Json, JsonRpc, Registry } from "@switchboard/protocol"
+import { type Actors, Bus, InternalClient, Subjects, TimedMap } from "@switchboard/bus"
+import { JsonRpc, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -24,27 +23,8 @@ import type * as Replica from "./Replica.ts"
 import type * as Views from "./Views.ts"
 
 const { ErrorCode } = JsonRpc
-const { Method, PeerKind, TabNotFound } = Registry
+const { Method, TabNotFound } = Registry
 const isRecord = JsonRpc.isRecord
-
-/** A response or progress notification a tab sent, as its actor passes it to the hub's actor. */
-export interface FromTab {
-  readonly tab: string
-  readonly message: Record<string, unknown>
-}
-
-/**
- * A `from-tab` peer message as it came over the bus. Only tab actors send these, but the bus is
- * not a trust boundary for shape: a message that is not one is logged, never thrown on.
- */
-const parseFromTab = (text: string): Either.Either<FromTab, string> => {
-  // The tab's frame passed the depth check already; wrapping it here added one level.
-  const parsed = Json.parse(text, Json.MAX_DEPTH + 1)
-  if (Either.isLeft(parsed)) return Either.left(parsed.left)
-  const value = parsed.right
-  if (!isRecord(value) || typeof value["tab"] !== "string" || !isRecord(value["message"])) return Either.left("expected {tab: string, message: object}")
-  return Either.right({ tab: value["tab"], message: value["message"] })
-}
 
 /** The tab an attempt went to: what routes its answer, and what a hand-off carries. */
 type TabRef = Pick<Registry.TabRecord, "conn" | "edge" | "domain" | "tabId">
@@ -112,8 +92,8 @@ export interface ToolCalls {
   readonly start: (request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => void
   /** The client's `notifications/cancelled`: the call gets no answer, and its tab is told. */
   readonly cancel: (params: Registry.CancelledParams) => void
-  /** A peer message from a tab's actor: an answer or progress of a call. */
-  readonly fromTab: (message: Bus.BusMessage) => Effect.Effect<void> | void
+  /** What a tab's actor passed on: an answer or progress of a call. */
+  readonly fromTab: (from: Registry.FromTab) => Effect.Effect<void> | void
   /** The user's tabs changed: calls waiting for a tab go out, and those whose tab closed are retried. */
   readonly tabsChanged: () => void
   /** The session moves to another replica: its calls in flight, for the adopter's `resume`. */
@@ -327,13 +307,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       }
     }
 
-    const fromTab = (message: Bus.BusMessage): Effect.Effect<void> | void => {
-      let from = Actors.localValue(message) as FromTab | undefined
-      if (from === undefined) {
-        const parsed = parseFromTab(Bus.text(message))
-        if (Either.isLeft(parsed)) return Effect.logWarning(`hub ${conn.id}: dropped a malformed ${PeerKind.fromTab} message: ${parsed.left}`)
-        from = parsed.right
-      }
+    const fromTab = (from: Registry.FromTab): Effect.Effect<void> | void => {
       const m = from.message
       const params = isRecord(m["params"]) ? m["params"] : {}
       if (m["method"] === "notifications/progress") {

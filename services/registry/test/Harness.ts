@@ -16,23 +16,36 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import * as Registry from "../src/Registry.ts"
 
-/** The registry's layer and what it needs, settings given as a deployment gives them. */
-export const registry = (env: Readonly<Record<string, string>> = {}) =>
+/**
+ * The registry's layer and what it needs, settings given as a deployment gives them. With `logs`,
+ * its warnings and errors are kept there, one line each, for a test to read.
+ */
+export const registry = (env: Readonly<Record<string, string>> = {}, logs?: Array<string>) =>
   Registry.layer.pipe(
     Layer.provideMerge(AuthClient.layer),
     Layer.provideMerge(Telemetry.disabled),
     Layer.provideMerge(MemoryBus.layer),
     // A replica with no other to hand its sessions to gives up on that quickly.
     Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ REGISTRY_SHUTDOWN_GRACE: "1 second", ...env }))))),
-    Layer.provide(Logger.minimumLogLevel(process.env["SB_TEST_LOG"] === "debug" ? LogLevel.Debug : LogLevel.Error))
+    Layer.provide(
+      logs === undefined
+        ? Logger.minimumLogLevel(process.env["SB_TEST_LOG"] === "debug" ? LogLevel.Debug : LogLevel.Error)
+        : Layer.merge(
+          Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(Array.isArray(message) ? message.map(String).join(" ") : String(message)))),
+          Logger.minimumLogLevel(LogLevel.Warning)
+        )
+    )
   )
 
 /**
  * Runs a test body against a fresh registry: the body's scope (its clients) closes first, while
  * the bus is still up, so each client's actor ends before the replica stops.
  */
-export const withRegistry = <A, E>(body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Scope.Scope>, env: Readonly<Record<string, string>> = {}) =>
-  Effect.scoped(body).pipe(Effect.provide(registry(env)))
+export const withRegistry = <A, E>(
+  body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Scope.Scope>,
+  env: Readonly<Record<string, string>> = {},
+  logs?: Array<string>
+) => Effect.scoped(body).pipe(Effect.provide(registry(env, logs)))
 
 export interface JsonRpcMessage {
   readonly jsonrpc?: string
