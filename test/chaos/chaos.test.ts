@@ -101,7 +101,25 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
 
       const ledger = new Ledger()
       ledger.begin({ name: "warm-up" })
+      let participants: ReadonlyArray<string> = []
+      // Written however the run ends, vitest's timeout included (it interrupts this scope): the table
+      // so far, every attempt, and the containers' logs, which are what a failure is read from.
+      // Registered after the topology, so it runs while the containers still exist.
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          writeFileSync(RESULTS, `${markdown(ledger.rows(participants))}\n`)
+          writeFileSync(LOGS, topo.logs())
+          writeFileSync(
+            LEDGER,
+            JSON.stringify(
+              { phases: ledger.phases, attempts: ledger.attempts, lost: ledger.lost(participants), wrongEnvelopes: ledger.wrongEnvelopes },
+              (_, v: unknown) => (v instanceof Set ? [...v] : v)
+            )
+          )
+        })
+      )
       const mcpx = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => mcpxFlow(ledger, edges, k))
+      participants = mcpx.map((f) => f.participant)
       const proxy = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => proxyFlow(ledger, edges, k))
       const hub = yield* Effect.forEach(Array.from({ length: FLOWS }, (_, k) => k), (k) => hubFlow(ledger, edges, k))
       // New sessions all along, served by flow 1's extension and tab (slots 1 and 2: no edge fault takes them away).
@@ -233,7 +251,6 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
 
       yield* traffic.stop
       // Receivers get an acknowledged envelope a moment after its sender does.
-      const participants = mcpx.map((f) => f.participant)
       yield* Effect.suspend(() => (ledger.rows(participants).every((r) => r.lostAckedEnvelopes === 0) ? Effect.void : Effect.fail("not yet"))).pipe(
         Effect.retry({ times: 50 }),
         Effect.ignore
@@ -241,11 +258,7 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
 
       const rows = ledger.rows(participants)
       const table = markdown(rows)
-      writeFileSync(RESULTS, `${table}\n`)
-      writeFileSync(LOGS, topo.logs())
-      // Everything the traffic saw, for looking into a failure after the run.
       const lost = ledger.lost(participants)
-      writeFileSync(LEDGER, JSON.stringify({ phases: ledger.phases, attempts: ledger.attempts, lost, wrongEnvelopes: ledger.wrongEnvelopes }, (_, v: unknown) => (v instanceof Set ? [...v] : v)))
       const kept = lost.length === 0 ? new Set<string>() : yield* history(http, TOPIC)
       for (const [phase, name] of ledger.phases.map((p, i) => [i, p.name] as const)) {
         const here = lost.filter((l) => l.phase === phase)
@@ -277,7 +290,7 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
         ...(r.phase.startsWith("rolling") && r.failedAfterRetry > 0 ? [`${r.phase}: ${r.failedAfterRetry} requests failed beyond the client retry`] : [])
       ])
       expect(violations).toEqual([])
-      // Room for a phase that never recovers (RECOVERY_DEADLINE_MS) on top of a run's ~250 s, so such
-      // a run still ends with its table, ledger and container logs written, and says which phase.
+      // Room for a phase that never recovers (RECOVERY_DEADLINE_MS) on top of a run's ~250 s; a run
+      // that takes longer still leaves its table, ledger and container logs (the finalizer above).
     }), 420_000)
 })
