@@ -305,22 +305,40 @@ interface Memory {
   readonly rssKb: number
   /** V8 heap in use after the GC, in KB; NaN without an inspector. */
   readonly heapKb: number
+  /**
+   * What explains RSS beyond the live heap (`process.memoryUsage()` after the GC, in KB; NaN
+   * without an inspector): the pages V8 keeps for its heap, used or not, and the memory outside it
+   * that JS objects own (Buffers, ArrayBuffers). RSS beyond both is native: libuv handles, malloc.
+   */
+  readonly heapTotalKb: number
+  readonly externalKb: number
 }
+
+/** `process.memoryUsage()` of an inspected process, as JSON. */
+const usageExpression = "JSON.stringify(process.memoryUsage())"
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Each subject's memory after a full GC. */
 const memory = async (subjects: ReadonlyArray<Subject>): Promise<Array<Memory>> => {
   await delay(SETTLE_MS)
+  const none = { heapKb: NaN, heapTotalKb: NaN, externalKb: NaN }
   const heaps = await Promise.all(subjects.map(async ({ inspector }) => {
-    if (inspector === undefined) return NaN
+    if (inspector === undefined) return none
     await inspector.call("HeapProfiler.collectGarbage")
     const usage = await inspector.call("Runtime.getHeapUsage")
-    return Number(usage["usedSize"]) / 1024
+    const evaluated = await inspector.call("Runtime.evaluate", { expression: usageExpression, returnByValue: true })
+    const value: unknown = (evaluated["result"] as Record<string, unknown> | undefined)?.["value"]
+    const node = typeof value === "string" ? parseRecord(Buffer.from(value)) : undefined
+    return {
+      heapKb: Number(usage["usedSize"]) / 1024,
+      heapTotalKb: Number(node?.["heapTotal"] ?? NaN) / 1024,
+      externalKb: Number(node?.["external"] ?? NaN) / 1024
+    }
   }))
   // RSS shrinks a moment after a GC, as V8 hands back the pages it emptied.
   await delay(500)
-  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), heapKb: heaps[i] ?? NaN }))
+  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), ...(heaps[i] ?? none) }))
 }
 
 // --- one path against fresh processes -------------------------------------------------------
@@ -363,9 +381,13 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
     if (failed > 0) console.error(`idle: ${deployment.name} ${handshake.path}: ${failed} handshakes failed, the first: ${warm.firstError ?? measured.firstError}`)
     // Every process together as a last line, when there are several: what the deployment spends.
     const lines = deployment.subjects.map((subject, i) => [subject.process.name, subject.inspector !== undefined, before[i], after[i]] as const)
+    const total = (ms: ReadonlyArray<Memory | undefined>, of: (m: Memory) => number) =>
+      ms.reduce((t, m) => t + (m === undefined ? NaN : Number.isNaN(of(m)) ? 0 : of(m)), 0)
     const sum = (ms: ReadonlyArray<Memory | undefined>): Memory => ({
       rssKb: ms.reduce((t, m) => t + (m?.rssKb ?? NaN), 0),
-      heapKb: ms.reduce((t, m) => t + (Number.isNaN(m?.heapKb) ? 0 : (m?.heapKb ?? NaN)), 0)
+      heapKb: total(ms, (m) => m.heapKb),
+      heapTotalKb: total(ms, (m) => m.heapTotalKb),
+      externalKb: total(ms, (m) => m.externalKb)
     })
     if (lines.length > 1) lines.push(["all", false, sum(before), sum(after)])
     lines.forEach(([name, gc, b, a], i) => {
@@ -387,6 +409,8 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
         rss_after_mb: round1(a.rssKb / 1024),
         rss_kb_per_socket: finite(rssPerSocket),
         heap_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapKb - b.heapKb) / sockets),
+        heap_committed_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapTotalKb - b.heapTotalKb) / sockets),
+        external_kb_per_socket: finite(sockets === 0 ? NaN : (a.externalKb - b.externalKb) / sockets),
         gc,
         ...(i === 0 && plainKbPerSocket !== undefined ? { ratio_to_plain: finite(rssPerSocket / plainKbPerSocket) } : {}),
         ...(handshake.path === "/v0/ws" ? { participants_per_topic: TOPIC_SIZE } : {})
