@@ -47,6 +47,12 @@ const wantedTarget = (name: string) => TARGETS === undefined || TARGETS.includes
  * measurement (`<target>-<path>-<process>-before|after.heapsnapshot`), to compare by constructor.
  */
 const SNAPSHOTS = process.env["IDLE_HEAP_SNAPSHOTS"]
+/**
+ * Full GCs before each reading (IDLE_GCS, default 1). One GC compacts only so many fragmented
+ * pages (V8 bounds what one compaction moves), so committed heap, and RSS, may keep shrinking over
+ * a few more, as they do in a process left idle, whose memory reducer collects again.
+ */
+const GCS = Math.max(1, Number(process.env["IDLE_GCS"] ?? 1))
 /** Handshakes in flight at once: paced, so that a path measures memory and not a queue of upgrades. */
 const IN_FLIGHT = 100
 const SOCKET_TIMEOUT_MS = 20_000
@@ -305,22 +311,50 @@ interface Memory {
   readonly rssKb: number
   /** V8 heap in use after the GC, in KB; NaN without an inspector. */
   readonly heapKb: number
+  /**
+   * What explains RSS beyond the live heap (`process.memoryUsage()` after the GC, in KB; NaN
+   * without an inspector): the pages V8 keeps for its heap, used or not, and the memory outside it
+   * that JS objects own (Buffers, ArrayBuffers). RSS beyond both is native: libuv handles, malloc.
+   */
+  readonly heapTotalKb: number
+  readonly externalKb: number
+  /**
+   * Of `heapTotalKb`, the young generation's semi-spaces: V8 grows them (up to 16 MB each) while a
+   * path's handshakes allocate fast, and keeps them. Not a per-socket cost, but in the difference.
+   */
+  readonly newSpaceKb: number
+  /** Committed but unused bytes of each V8 space (KB): where the heap's slack is, after the GC. */
+  readonly slackKb: Readonly<Record<string, number>>
 }
+
+/** `process.memoryUsage()` of an inspected process and its new space's size, as JSON. */
+const usageExpression =
+  `(() => { const spaces = process.getBuiltinModule("v8").getHeapSpaceStatistics(); return JSON.stringify({ ...process.memoryUsage(), newSpace: spaces.find((s) => s.space_name === "new_space")?.space_size, slack: Object.fromEntries(spaces.map((s) => [s.space_name.replace("_space", ""), s.space_size - s.space_used_size])) }) })()`
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Each subject's memory after a full GC. */
 const memory = async (subjects: ReadonlyArray<Subject>): Promise<Array<Memory>> => {
   await delay(SETTLE_MS)
+  const none = { heapKb: NaN, heapTotalKb: NaN, externalKb: NaN, newSpaceKb: NaN, slackKb: {} }
   const heaps = await Promise.all(subjects.map(async ({ inspector }) => {
-    if (inspector === undefined) return NaN
-    await inspector.call("HeapProfiler.collectGarbage")
+    if (inspector === undefined) return none
+    for (let i = 0; i < GCS; i++) await inspector.call("HeapProfiler.collectGarbage")
     const usage = await inspector.call("Runtime.getHeapUsage")
-    return Number(usage["usedSize"]) / 1024
+    const evaluated = await inspector.call("Runtime.evaluate", { expression: usageExpression, returnByValue: true })
+    const value: unknown = (evaluated["result"] as Record<string, unknown> | undefined)?.["value"]
+    const node = typeof value === "string" ? parseRecord(Buffer.from(value)) : undefined
+    return {
+      heapKb: Number(usage["usedSize"]) / 1024,
+      heapTotalKb: Number(node?.["heapTotal"] ?? NaN) / 1024,
+      externalKb: Number(node?.["external"] ?? NaN) / 1024,
+      newSpaceKb: Number(node?.["newSpace"] ?? NaN) / 1024,
+      slackKb: Object.fromEntries(Object.entries(parseRecord(Buffer.from(JSON.stringify(node?.["slack"] ?? {}))) ?? {}).map(([k, v]) => [k, Number(v) / 1024]))
+    }
   }))
   // RSS shrinks a moment after a GC, as V8 hands back the pages it emptied.
   await delay(500)
-  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), heapKb: heaps[i] ?? NaN }))
+  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), ...(heaps[i] ?? none) }))
 }
 
 // --- one path against fresh processes -------------------------------------------------------
@@ -363,9 +397,15 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
     if (failed > 0) console.error(`idle: ${deployment.name} ${handshake.path}: ${failed} handshakes failed, the first: ${warm.firstError ?? measured.firstError}`)
     // Every process together as a last line, when there are several: what the deployment spends.
     const lines = deployment.subjects.map((subject, i) => [subject.process.name, subject.inspector !== undefined, before[i], after[i]] as const)
+    const total = (ms: ReadonlyArray<Memory | undefined>, of: (m: Memory) => number) =>
+      ms.reduce((t, m) => t + (m === undefined ? NaN : Number.isNaN(of(m)) ? 0 : of(m)), 0)
     const sum = (ms: ReadonlyArray<Memory | undefined>): Memory => ({
       rssKb: ms.reduce((t, m) => t + (m?.rssKb ?? NaN), 0),
-      heapKb: ms.reduce((t, m) => t + (Number.isNaN(m?.heapKb) ? 0 : (m?.heapKb ?? NaN)), 0)
+      heapKb: total(ms, (m) => m.heapKb),
+      heapTotalKb: total(ms, (m) => m.heapTotalKb),
+      externalKb: total(ms, (m) => m.externalKb),
+      newSpaceKb: total(ms, (m) => m.newSpaceKb),
+      slackKb: {}
     })
     if (lines.length > 1) lines.push(["all", false, sum(before), sum(after)])
     lines.forEach(([name, gc, b, a], i) => {
@@ -387,6 +427,15 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
         rss_after_mb: round1(a.rssKb / 1024),
         rss_kb_per_socket: finite(rssPerSocket),
         heap_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapKb - b.heapKb) / sockets),
+        heap_committed_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapTotalKb - b.heapTotalKb) / sockets),
+        new_space_kb_per_socket: finite(sockets === 0 ? NaN : (a.newSpaceKb - b.newSpaceKb) / sockets),
+        external_kb_per_socket: finite(sockets === 0 ? NaN : (a.externalKb - b.externalKb) / sockets),
+        // Only the spaces whose slack moved by at least 0.1 KB per socket.
+        ...Object.fromEntries(
+          Object.entries(a.slackKb)
+            .map(([space, kb]) => [`heap_slack_${space}_kb_per_socket`, sockets === 0 ? NaN : round1((kb - (b.slackKb[space] ?? 0)) / sockets)] as const)
+            .filter(([, kb]) => Math.abs(kb) >= 0.1)
+        ),
         gc,
         ...(i === 0 && plainKbPerSocket !== undefined ? { ratio_to_plain: finite(rssPerSocket / plainKbPerSocket) } : {}),
         ...(handshake.path === "/v0/ws" ? { participants_per_topic: TOPIC_SIZE } : {})

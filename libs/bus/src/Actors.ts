@@ -201,7 +201,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     class LiveActor implements Handoff.Handover<R> {
       private marker: readonly [string, () => void] | undefined
       private ending = false
-      private readonly done = Deferred.unsafeMake<void>(FiberId.none)
+      /** Made only when a hand-off waits on it: a Deferred per idle actor cost about 600 bytes (issue 16). */
+      private done: Deferred.Deferred<void> | undefined
       constructor(
         readonly conn: Subjects.ConnId,
         readonly edge: Subjects.EdgeId,
@@ -215,7 +216,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         private readonly onPeer: ((message: BusMessage) => Effect.Effect<void, never, R> | void) | undefined
       ) {}
       get ended() {
-        return Deferred.await(this.done)
+        return this.ending ? Effect.void : Deferred.await(this.done ??= Deferred.unsafeMake<void>(FiberId.none))
       }
       state() {
         return this.actor.onHandoff?.()
@@ -248,7 +249,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       end(why: readonly [number, string] | "handed-over") {
         if (this.ending) return
         this.ending = true
-        Deferred.unsafeDone(this.done, Exit.void)
+        if (this.done !== undefined) Deferred.unsafeDone(this.done, Exit.void)
         runFork(this.close(why))
       }
       private close(why: readonly [number, string] | "handed-over") {

@@ -23,6 +23,7 @@ import {
   NoResponders,
   RequestTimeout,
   subjectMatches,
+  type Subscription,
   toBytes
 } from "./Bus.ts"
 import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
@@ -50,6 +51,21 @@ class Message implements BusMessage {
 }
 
 const closed = () => new BusError({ reason: "Closed", message: "the embedded bus is closed" })
+
+/**
+ * A subscription whose `drain` is built when asked for: an actor holds its subscription for the
+ * connection's life and drains it only in a hand-off, and an Effect built up front was a few
+ * hundred bytes of every idle connection (issue 16).
+ */
+class MemorySubscription implements Subscription {
+  constructor(
+    private readonly subscriber: Subscriber,
+    private readonly remove: (s: Subscriber) => void
+  ) {}
+  get drain() {
+    return Effect.sync(() => this.remove(this.subscriber))
+  }
+}
 
 export const makeBus = (): BusShape => {
   // Exact subjects are looked up in a map: actors subscribe one subject per connection, and a
@@ -161,7 +177,7 @@ export const makeBus = (): BusShape => {
     ).pipe(
       // Deliveries are looked up when they run, so a member that leaves misses nothing: what was
       // published before goes to the members left.
-      Effect.map((s) => ({ drain: Effect.sync(() => remove(s)) }))
+      Effect.map((s) => new MemorySubscription(s, remove))
     )
 
   const stream: BusShape["stream"] = (subject, options) =>

@@ -81,7 +81,8 @@ interface Socket {
   readonly route: Route
   readonly subject: string
   readonly frameHeaders: Bus.Headers
-  readonly limitedHeaders: Bus.Headers
+  /** `frameHeaders` marked rate-limited, made the first time the socket goes over its rate. */
+  limitedHeaders: Bus.Headers | undefined
   readonly budget: RateBudget
   state: "opening" | "open" | "closed"
   /** Frames that arrived before the service took the connection, or while it is held. */
@@ -263,7 +264,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     // --- inbound: frames from sockets to their actor ---------------------------------------
 
     const forward = (s: Socket, data: Buffer, limited: boolean) => {
-      let headers = limited ? s.limitedHeaders : s.frameHeaders
+      let headers = limited ? (s.limitedHeaders ??= { ...s.frameHeaders, [Subjects.Header.reason]: "rate-limited" }) : s.frameHeaders
       let span: Span | undefined
       if (Option.isSome(tracer) && s.route.traceInbound) {
         const started = Telemetry.startSpan(tracer.value, "edge.receive", undefined, {
@@ -426,7 +427,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         route,
         subject: Subjects.conn(route.service, id),
         frameHeaders: base,
-        limitedHeaders: { ...base, [Subjects.Header.reason]: "rate-limited" },
+        limitedHeaders: undefined,
         budget: new RateBudget(options.rate, options.burst),
         state: "opening",
         pending: [],

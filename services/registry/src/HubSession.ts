@@ -78,7 +78,16 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
     /** The list the client last saw (or was told changed), to push `list_changed` only on change. */
     let shown: Naming.Aggregate | undefined
     let wakeQueued = false
-    const calls = yield* ToolCall.make(replica, { conn, view: () => view, user: () => user, runFork })
+    /**
+     * The session's tool calls, made with its first `tools/call` (or with the calls a hand-off
+     * brought): most sessions sit idle, and their maps, timer and closures were a few KB of each
+     * idle /hub socket (issue 16).
+     */
+    let calls: ToolCall.ToolCalls | undefined
+    const makeCalls = Effect.map(Scope.extend(ToolCall.make(replica, { conn, view: () => view, user: () => user, runFork }), scope), (made) => {
+      calls = made
+      return made
+    })
 
     const attach = (owner: string) =>
       Effect.gen(function*() {
@@ -109,7 +118,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
     const toolsCall = (request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => {
       const params = decodeCallParams(request.params)
       if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
-      calls.start(request, params.right, ex, span)
+      calls?.start(request, params.right, ex, span)
     }
 
     const toolsList = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
@@ -183,6 +192,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       }
       if (request.method === "tools/list") return toolsList(request, ex)
       if (request.method !== "tools/call") return ex.reply(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
+      if (calls === undefined) return Effect.flatMap(makeCalls, () => onRequest(request, frame, ex) ?? Effect.void)
       if (!traced) return toolsCall(request, ex, undefined)
       // Not String(): an object with a "toString" field that is not a function makes it throw.
       const named = isRecord(request.params) ? request.params["name"] : undefined
@@ -225,7 +235,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       if (message.method === "notifications/cancelled") {
         // A malformed cancel names no call this session could find: it is ignored, as MCP asks.
         const params = decodeCancelled(message.params)
-        return Either.isRight(params) ? calls.cancel(params.right) : undefined
+        return Either.isRight(params) ? calls?.cancel(params.right) : undefined
       }
       // notifications/initialized and anything else a client announces need no answer.
     }
@@ -237,26 +247,28 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
         shown = now
         transport.push(LIST_CHANGED)
       }
-      calls.tabsChanged()
+      calls?.tabsChanged()
     }
 
     const receive = (message: Registry.RegistryPeer): Effect.Effect<void> | void =>
-      message._tag === "FromTab" ? calls.fromTab(message) : onWake()
+      // A tab's answer to a session that never called a tool answers nothing here.
+      message._tag === "FromTab" ? calls?.fromTab(message) : onWake()
 
     const onClosed = () =>
       Effect.suspend(() => {
-        calls.closed()
+        calls?.closed()
         transport.ended()
         return forget(conn)
       })
 
     const onHandoff = (): Registry.HubHandoff => {
       const stream = transport.handOff()
-      return { role: "hub", ...calls.handOff(), ...(stream === undefined ? {} : { stream }) }
+      return { role: "hub", ...(calls?.handOff() ?? { seq: 0, calls: [] }), ...(stream === undefined ? {} : { stream }) }
     }
 
     // A tab that closed while the session moved: its calls are retried, as on any wake.
-    if (calls.resume(handedOver, transport) > 0) {
+    // Made at once for a handed-over session, whose call ids go on from the old owner's.
+    if (handedOver !== undefined && (yield* makeCalls).resume(handedOver, transport) > 0) {
       wakeQueued = true
       Replica.peers.tell(conn, conn.id, WAKE)
     }

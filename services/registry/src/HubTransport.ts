@@ -44,21 +44,48 @@ export interface HubTransport {
   readonly handOff: () => Registry.HttpStreamState | undefined
 }
 
-/** Everything down the socket. */
-export const webSocket = (conn: Actors.Connection): HubTransport => {
-  const exchange: Exchange = { reply: conn.send, notify: conn.send, end: () => {}, ref: { kind: "ws" } }
-  return {
-    kind: "ws",
-    exchange: () => exchange,
-    resume: () => exchange,
-    admits: () => true,
-    control: () => false,
-    push: conn.send,
-    close: conn.close,
-    ended: () => {},
-    handOff: () => undefined
+/**
+ * Everything down the socket. A class, so that its methods are shared by every session instead of
+ * being closures of each idle one (issue 16).
+ */
+class WebSocketTransport implements HubTransport, Exchange {
+  readonly kind = "ws"
+  readonly ref = wsRef
+  constructor(private readonly conn: Actors.Connection) {}
+  get reply() {
+    return this.conn.send
+  }
+  get notify() {
+    return this.conn.send
+  }
+  get push() {
+    return this.conn.send
+  }
+  get close() {
+    return this.conn.close
+  }
+  end() {}
+  exchange(): Exchange {
+    return this
+  }
+  resume(): Exchange {
+    return this
+  }
+  admits() {
+    return true
+  }
+  control() {
+    return false
+  }
+  ended() {}
+  handOff() {
+    return undefined
   }
 }
+
+const wsRef: Registry.ExchangeRef = { kind: "ws" }
+
+export const webSocket = (conn: Actors.Connection): HubTransport => new WebSocketTransport(conn)
 
 export interface HttpOptions {
   /** Events kept for resumption, at most this many and this old. */
