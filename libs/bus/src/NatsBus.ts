@@ -49,7 +49,7 @@ import {
 } from "./Bus.ts"
 import { Journal, type JournalEntry, type JournalLog, type JournalShape, type JournalSpec } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
-import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock } from "./internal/NatsShims.ts"
+import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock, watchConsumer } from "./internal/NatsShims.ts"
 import { acquireReleaseSync } from "./ActorResource.ts"
 import * as KvMetrics from "./KvMetrics.ts"
 import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
@@ -288,6 +288,16 @@ const toEntry = (e: NatsKvEntry): KvEntry => ({
 const KEYS_BOUND = "250 millis"
 
 /**
+ * How often a KV watch asks whether its consumer still exists, and after how many failed asks in a
+ * row it fails, for its user to watch again. nats.js replaces a watch's consumer that died with its
+ * node only after two missed 30 s heartbeats: the chaos suite's /hub sessions did not see a tab
+ * that registered again for 60 s after a NATS node was killed. The cost: one JetStream API request
+ * per watch every 5 s (a registry replica has two).
+ */
+const WATCH_CHECK = "5 seconds"
+const WATCH_LOST_AFTER = 2
+
+/**
  * nats.js's default, 30 s, let a topic's sequencer sit for two minutes after the NATS node that
  * held its consumer was killed (chaos suite): 30 s to miss two heartbeats, then a look for the
  * consumer every 30 s while JetStream still answered with timeouts. 10 s costs one idle pull per
@@ -383,7 +393,21 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
               }
               pump().catch((cause: unknown) => emit.fail(kvError("watch")(cause)))
             })
-          )
+          ),
+          Effect.tap((it) => {
+            const consumer = watchConsumer(it)
+            if (consumer === undefined) return Effect.void
+            let failed = 0
+            return Effect.promise(() => consumer.info().then(() => true, () => false)).pipe(
+              Effect.flatMap((found) => {
+                failed = found ? 0 : failed + 1
+                if (failed < WATCH_LOST_AFTER) return Effect.void
+                return Effect.promise(() => emit.fail(new BusError({ reason: "Kv", message: `watch on bucket ${name}: its consumer is gone` })))
+              }),
+              Effect.repeat(Schedule.spaced(WATCH_CHECK)),
+              Effect.forkScoped
+            )
+          })
         )
       )
   }

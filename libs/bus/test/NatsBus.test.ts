@@ -1,8 +1,13 @@
 import { describe, expect, it } from "@effect/vitest"
+import { jetstreamManager } from "@nats-io/jetstream"
+import { connect } from "@nats-io/transport-node"
 import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import * as Kv from "../src/Kv.ts"
 import * as NatsBus from "../src/NatsBus.ts"
 import { contract } from "./contract.ts"
@@ -34,4 +39,33 @@ describe("nats kv keys", () => {
       }
       expect((yield* bucket.keys()).includes("gone")).toBe(false)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)))
+})
+
+describe("nats kv watch", () => {
+  // nats.js replaces a watch's consumer that died with its NATS node only after two missed 30 s
+  // heartbeats; the adapter notices within seconds and fails the watch, for its user to watch again.
+  it.scopedLive("fails soon after its consumer is gone, instead of saying nothing for a minute", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const namespace = `watch${process.pid}`
+      const kv = yield* Effect.map(Layer.build(NatsBus.layer({ servers, namespace })), Context.get(Kv.Kv))
+      const bucket = yield* kv.bucket({ name: "watched" })
+      const ended = yield* bucket.watch().pipe(Stream.runDrain, Effect.either, Effect.forkScoped)
+      yield* bucket.put("k", "v")
+      // The watch's consumer goes, as it does with the node that held it.
+      const nc = yield* Effect.acquireRelease(Effect.promise(() => connect({ servers: [...servers] })), (c) => Effect.promise(() => c.close()))
+      const jsm = yield* Effect.promise(() => jetstreamManager(nc))
+      const stream = `KV_${namespace}_watched`
+      const consumers = yield* Effect.promise(async () => {
+        const names: Array<string> = []
+        for await (const c of jsm.consumers.list(stream)) names.push(c.name)
+        return names
+      })
+      expect(consumers).toHaveLength(1)
+      const startedAt = Date.now()
+      yield* Effect.promise(() => jsm.consumers.delete(stream, consumers[0]!))
+      const result = yield* Fiber.join(ended).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the watch did not fail within 20 s") }))
+      expect(Either.isLeft(result) && result.left.message).toMatch(/watch on bucket .*watched: its consumer is gone/)
+      expect(Date.now() - startedAt).toBeLessThan(20_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 40_000)
 })

@@ -5,12 +5,14 @@
  */
 import { expect, it } from "@effect/vitest"
 import { TE } from "@nats-io/nats-core/internal"
+import { jetstreamManager } from "@nats-io/jetstream"
+import { Kvm } from "@nats-io/kv"
 import { connect, headers as natsHeaders, type Msg, MsgHdrsImpl } from "@nats-io/transport-node"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { Socket } from "node:net"
-import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock, shapes } from "../src/internal/NatsShims.ts"
+import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock, shapes, watchConsumer } from "../src/internal/NatsShims.ts"
 
 const connection = Effect.flatMap(NatsServer, ({ servers }) =>
   Effect.acquireRelease(
@@ -31,11 +33,19 @@ const roundTrip = (nc: Awaited<ReturnType<typeof connect>>, headers?: Record<str
     })
   })
 
+/** A watch on a fresh KV bucket, stopped with the scope. */
+const kvWatch = (nc: Awaited<ReturnType<typeof connect>>) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => (await new Kvm(nc).create(`shims${Math.random().toString(36).slice(2, 8)}`)).watch()),
+    (it) => Effect.sync(() => it.stop())
+  )
+
 it.scopedLive("every internal a shim relies on has the shape it expects", () =>
   Effect.gen(function*() {
     const nc = yield* connection
     const msg = yield* roundTrip(nc, { "sb-op": "frame" })
-    expect(shapes(nc, msg)).toEqual({ pooledEncoder: true, frozenHeaders: true, rawHeaderBlock: true, corker: true })
+    const watch = yield* kvWatch(nc)
+    expect(shapes(nc, msg, watch)).toEqual({ pooledEncoder: true, frozenHeaders: true, rawHeaderBlock: true, corker: true, watchConsumer: true })
   }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)))
 
 it.scopedLive("each shim gives what nats.js's public path gives", () =>
@@ -78,6 +88,15 @@ it.scopedLive("each shim gives what nats.js's public path gives", () =>
     expect((socket as Socket).writableCorked).toBe(0)
     // And a corked publish still arrives.
     expect(new TextDecoder().decode((yield* roundTrip(nc)).data)).toBe("payload")
+
+    // A watch's consumer answers for itself while it exists, and not once it is gone.
+    const consumer = watchConsumer(yield* kvWatch(nc))
+    expect(consumer).toBeDefined()
+    const info = (yield* Effect.promise(() => consumer!.info())) as { readonly name: string; readonly stream_name: string }
+    expect(info.stream_name).toMatch(/^KV_shims/)
+    const jsm = yield* Effect.promise(() => jetstreamManager(nc))
+    yield* Effect.promise(() => jsm.consumers.delete(info.stream_name, info.name))
+    expect(yield* Effect.promise(() => consumer!.info().then(() => "found", () => "gone"))).toBe("gone")
   }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)))
 
 /** A package.json's own dependencies of every kind, by name. */

@@ -85,10 +85,23 @@ export const corker = (nc: NatsConnection) => {
   }
 }
 
-/** Whether each internal a shim relies on is where it expects, on a live connection that has received `msg`. */
-export const shapes = (nc: NatsConnection, msg: Msg) => ({
+/**
+ * The consumer behind a KV watch (`kv.watch()` keeps it on its iterator), so that the watch can
+ * ask whether it still exists. A KV watch is an ordered push consumer with a 30 s idle heartbeat:
+ * when the node that held it dies, nats.js makes a new one only after two missed heartbeats, and
+ * the watch says nothing for that minute. `undefined` when nats.js keeps it elsewhere.
+ */
+export const watchConsumer = (watch: unknown): { readonly info: () => Promise<unknown> } | undefined => {
+  const consumer = (watch as { readonly _data?: { readonly info?: unknown } } | undefined)?._data
+  const info = consumer?.info
+  return typeof info === "function" ? { info: () => (info as () => Promise<unknown>).call(consumer) } : undefined
+}
+
+/** Whether each internal a shim relies on is where it expects, on a live connection that has received `msg`, and a KV watch. */
+export const shapes = (nc: NatsConnection, msg: Msg, watch: unknown) => ({
   pooledEncoder: TE instanceof TextEncoder,
   frozenHeaders: typeof MsgHdrsImpl === "function" && typeof MsgHdrsImpl.prototype.encode === "function",
   rawHeaderBlock: rawHeaderBlock(msg) !== undefined,
-  corker: socketOf(nc) !== undefined
+  corker: socketOf(nc) !== undefined,
+  watchConsumer: watchConsumer(watch) !== undefined
 })
