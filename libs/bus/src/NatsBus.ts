@@ -4,10 +4,12 @@
  * that several deployments (or tests) can share one NATS without seeing each other.
  */
 import {
+  type ConsumerMessages,
   DeliverPolicy,
   DiscardPolicy,
   JetStreamApiCodes,
   JetStreamApiError,
+  type JetStreamClient,
   type JetStreamManager,
   jetstream,
   jetstreamManager,
@@ -305,6 +307,75 @@ const WATCH_LOST_AFTER = 2
  */
 const FOLLOW_EXPIRES_MS = 10_000
 
+/**
+ * Follows one subject of a stream through an ordered consumer, from a sequence on, and makes a new
+ * consumer when the one it has stops answering. nats.js re-creates an ordered consumer itself
+ * after a gap, or when the server says it is gone; but when the node that held it dies, it only
+ * asks after it, every FOLLOW_EXPIRES, while JetStream answers with timeouts: a topic's sequencer
+ * then sat for up to 100 s after a NATS node was killed (chaos suite). Two missed heartbeats (one
+ * FOLLOW_EXPIRES) are enough here: the follower starts over after the last sequence it delivered,
+ * so nothing is skipped or repeated.
+ */
+class Follower {
+  private messages: ConsumerMessages | undefined
+  private last = 0
+  private closed = false
+  private restarting = false
+  constructor(
+    private readonly js: JetStreamClient,
+    private readonly stream: string,
+    private readonly subject: string,
+    private readonly onMessage: (msg: JsMsg) => void
+  ) {}
+
+  async start(from: number) {
+    const consumer = await this.js.consumers.get(this.stream, {
+      filter_subjects: this.subject,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: Math.max(1, from)
+    })
+    // Its pulls expire after FOLLOW_EXPIRES, which also sets how soon a lost consumer is noticed
+    // (two heartbeats, each half of it).
+    const messages = await consumer.consume({
+      callback: (msg) => {
+        this.last = msg.seq
+        this.onMessage(msg)
+      },
+      expires: FOLLOW_EXPIRES_MS
+    })
+    if (this.closed) return void (await messages.close().catch(() => undefined))
+    this.messages = messages
+    void (async () => {
+      for await (const status of messages.status()) {
+        if (status.type === "heartbeats_missed" && status.count >= 2) return this.restart(from)
+      }
+    })().catch(() => undefined)
+  }
+
+  /** A new consumer after the last sequence delivered, tried again each second until one is made. */
+  private async restart(from: number) {
+    if (this.restarting || this.closed) return
+    this.restarting = true
+    const old = this.messages
+    this.messages = undefined
+    await old?.close().catch(() => undefined)
+    while (!this.closed) {
+      try {
+        await this.start(this.last > 0 ? this.last + 1 : from)
+        break
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 1_000))
+      }
+    }
+    this.restarting = false
+  }
+
+  async close() {
+    this.closed = true
+    await this.messages?.close().catch(() => undefined)
+  }
+}
+
 /** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
 const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>, writeRetry: Duration.DurationInput): KvBucketShape => {
   const write = whileJetStreamUnavailable(writeRetry)
@@ -567,21 +638,13 @@ export const makeJournal = (
         Effect.acquireRelease(
           Effect.tryPromise({
             try: async () => {
-              const from = options.from ?? (await nextSeq())
-              const consumer = await js.consumers.get(name, {
-                filter_subjects: subjectOf(key),
-                deliver_policy: DeliverPolicy.StartSequence,
-                opt_start_seq: Math.max(1, from)
-              })
-              // An ordered consumer re-creates itself after a gap or a lost heartbeat (a stream
-              // leader moving), from the last sequence it delivered: nothing is skipped or repeated.
-              // Its pulls expire after FOLLOW_EXPIRES, which also sets how soon a lost consumer is
-              // noticed (two heartbeats, each half of it) and how often it is looked for again.
-              return consumer.consume({ callback: (msg) => onEntry(toEntry(msg)), expires: FOLLOW_EXPIRES_MS })
+              const follower = new Follower(js, name, subjectOf(key), (msg) => onEntry(toEntry(msg)))
+              await follower.start(options.from ?? (await nextSeq()))
+              return follower
             },
             catch: busError("Kv", `follow ${key} in journal ${spec.name}`)
           }),
-          (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
+          (follower) => Effect.promise(() => follower.close())
         ).pipe(Effect.asVoid),
       nextSeq: Effect.tryPromise({ try: nextSeq, catch: busError("Kv", `journal ${spec.name}`) })
     }
