@@ -26,9 +26,11 @@ layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })(
       )
       const received = yield* Queue.unbounded<string>()
       yield* journal.follow("room", {}, (e) => void Queue.unsafeOffer(received, new TextDecoder().decode(e.data)))
-      const next = Queue.take(received).pipe(Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("nothing followed within 30 s") }))
+      const within = (seconds: number) =>
+        Queue.take(received).pipe(Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error(`nothing followed within ${seconds} s`) }))
+      // The first append waits for the new stream's leader, which a busy machine elects slowly.
       journal.append("room", "one")
-      expect(yield* next).toBe("one")
+      expect(yield* within(60)).toBe("one")
 
       // The node that holds the follower's consumer.
       const nc = yield* Effect.acquireRelease(Effect.promise(() => connect({ servers: [...cluster.servers] })), (c) => Effect.promise(() => c.close()))
@@ -44,8 +46,8 @@ layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })(
       journal.append("room", "two")
       journal.append("room", "three")
       const startedAt = Date.now()
-      expect([yield* next, yield* next]).toEqual(["two", "three"])
+      expect([yield* within(30), yield* within(5)]).toEqual(["two", "three"])
       console.log(`followed again ${Date.now() - startedAt} ms after its consumer's node was killed`)
       yield* cluster.restart(node)
-    }), 90_000)
+    }), 150_000)
 })
