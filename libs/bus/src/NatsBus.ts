@@ -309,35 +309,38 @@ const FOLLOW_EXPIRES_MS = 10_000
 
 /**
  * Follows one subject of a stream through an ordered consumer, from a sequence on, and makes a new
- * consumer when the one it has stops answering. nats.js re-creates an ordered consumer itself
- * after a gap, or when the server says it is gone; but when the node that held it dies, it only
- * asks after it, every FOLLOW_EXPIRES, while JetStream answers with timeouts: a topic's sequencer
- * then sat for up to 100 s after a NATS node was killed (chaos suite). Two missed heartbeats (one
- * FOLLOW_EXPIRES) are enough here: the follower starts over after the last sequence it delivered,
- * so nothing is skipped or repeated.
+ * consumer when the one it has goes quiet. nats.js re-creates an ordered consumer itself after a
+ * gap, or when the server says it is gone; but when the node that held it dies, it only asks after
+ * it while JetStream answers with timeouts, and once this process's own connection was lost with
+ * that node it stops watching the consumer's heartbeats until one of those asks succeeds: a topic's
+ * sequencer then sat for up to 100 s after a NATS node was killed (chaos suite). A consumer that is
+ * pulled from sends a heartbeat every half FOLLOW_EXPIRES when idle; one that has sent neither a
+ * message nor a heartbeat for FOLLOW_STALE_MS is replaced, after the last sequence delivered, so
+ * nothing is skipped or repeated.
  */
 class Follower {
   private messages: ConsumerMessages | undefined
   private last = 0
+  private seen = Date.now()
   private closed = false
   private restarting = false
   constructor(
     private readonly js: JetStreamClient,
     private readonly stream: string,
     private readonly subject: string,
+    private readonly from: number,
     private readonly onMessage: (msg: JsMsg) => void
   ) {}
 
-  async start(from: number) {
+  async start() {
     const consumer = await this.js.consumers.get(this.stream, {
       filter_subjects: this.subject,
       deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: Math.max(1, from)
+      opt_start_seq: Math.max(1, this.last > 0 ? this.last + 1 : this.from)
     })
-    // Its pulls expire after FOLLOW_EXPIRES, which also sets how soon a lost consumer is noticed
-    // (two heartbeats, each half of it).
     const messages = await consumer.consume({
       callback: (msg) => {
+        this.seen = Date.now()
         this.last = msg.seq
         this.onMessage(msg)
       },
@@ -345,23 +348,28 @@ class Follower {
     })
     if (this.closed) return void (await messages.close().catch(() => undefined))
     this.messages = messages
+    this.seen = Date.now()
+    followers.add(this)
+    sweeping ??= setInterval(sweep, 3_000).unref()
     void (async () => {
-      for await (const status of messages.status()) {
-        if (status.type === "heartbeats_missed" && status.count >= 2) return this.restart(from)
-      }
+      for await (const status of messages.status()) if (status.type === "heartbeat") this.seen = Date.now()
     })().catch(() => undefined)
   }
 
+  /** Called by the sweep: a consumer quiet for too long is replaced. */
+  check(now: number) {
+    if (!this.restarting && !this.closed && now - this.seen > FOLLOW_STALE_MS) void this.restart()
+  }
+
   /** A new consumer after the last sequence delivered, tried again each second until one is made. */
-  private async restart(from: number) {
-    if (this.restarting || this.closed) return
+  private async restart() {
     this.restarting = true
     const old = this.messages
     this.messages = undefined
     await old?.close().catch(() => undefined)
     while (!this.closed) {
       try {
-        await this.start(this.last > 0 ? this.last + 1 : from)
+        await this.start()
         break
       } catch {
         await new Promise((resolve) => setTimeout(resolve, 1_000))
@@ -372,8 +380,20 @@ class Follower {
 
   async close() {
     this.closed = true
+    followers.delete(this)
     await this.messages?.close().catch(() => undefined)
   }
+}
+
+/** A followed key's consumer that sent nothing, not even a heartbeat, this long is replaced. */
+const FOLLOW_STALE_MS = 12_000
+
+/** Every follower of the process, looked at by one timer rather than one each (there is one per followed topic). */
+const followers = new Set<Follower>()
+let sweeping: ReturnType<typeof setInterval> | undefined
+const sweep = () => {
+  const now = Date.now()
+  for (const f of followers) f.check(now)
 }
 
 /** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
@@ -638,8 +658,8 @@ export const makeJournal = (
         Effect.acquireRelease(
           Effect.tryPromise({
             try: async () => {
-              const follower = new Follower(js, name, subjectOf(key), (msg) => onEntry(toEntry(msg)))
-              await follower.start(options.from ?? (await nextSeq()))
+              const follower = new Follower(js, name, subjectOf(key), options.from ?? (await nextSeq()), (msg) => onEntry(toEntry(msg)))
+              await follower.start()
               return follower
             },
             catch: busError("Kv", `follow ${key} in journal ${spec.name}`)

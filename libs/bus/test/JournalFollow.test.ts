@@ -46,7 +46,7 @@ layer(NatsCluster.layer, { excludeTestServices: true, timeout: "120 seconds" })(
       journal.append("room", "two")
       journal.append("room", "three")
       const startedAt = Date.now()
-      expect([yield* within(30), yield* within(5)]).toEqual(["two", "three"])
+      expect([yield* within(45), yield* within(5)]).toEqual(["two", "three"])
       console.log(`followed again ${Date.now() - startedAt} ms after its consumer's node was killed`)
       yield* cluster.restart(node)
     }), 150_000)
