@@ -78,6 +78,19 @@ export interface ActorClient {
   readonly ended: Effect.Effect<void>
 }
 
+/** A JSON-RPC message as a test reads it from what an actor delivered. */
+export interface JsonRpcMessage {
+  readonly jsonrpc?: string
+  readonly id?: string | number | null
+  readonly method?: string
+  readonly params?: Record<string, unknown>
+  readonly result?: Record<string, unknown>
+  readonly error?: { readonly code: number; readonly message: string }
+}
+
+/** The next message the actor delivered to the socket, as JSON-RPC. */
+export const nextMessage = (client: ActorClient): Effect.Effect<JsonRpcMessage> => Effect.map(client.nextJson, (u) => u as JsonRpcMessage)
+
 /** The service refused the connection at open time (`Actors.Refuse`). */
 export class Refused extends Schema.TaggedError<Refused>()("Refused", { code: Schema.Number, reason: Schema.String }) {}
 

@@ -47,14 +47,7 @@ export const withRegistry = <A, E>(
   logs?: Array<string>
 ) => Effect.scoped(body).pipe(Effect.provide(registry(env, logs)))
 
-export interface JsonRpcMessage {
-  readonly jsonrpc?: string
-  readonly id?: string | number | null
-  readonly method?: string
-  readonly params?: Record<string, unknown>
-  readonly result?: Record<string, unknown>
-  readonly error?: { readonly code: number; readonly message: string }
-}
+export type JsonRpcMessage = ActorClient.JsonRpcMessage
 
 /** One socket's side of a JSON-RPC conversation: requests with their own ids, notifications kept aside. */
 export interface Peer {
@@ -70,13 +63,12 @@ export interface Peer {
   readonly received: ReadonlyArray<JsonRpcMessage>
 }
 
-const asMessage = (u: unknown): JsonRpcMessage => u as JsonRpcMessage
 
 export const peer = (client: ActorClient.ActorClient): Peer => {
   let ids = 0
   const received: Array<JsonRpcMessage> = []
   const backlog: Array<JsonRpcMessage> = []
-  const take = Effect.map(client.nextJson, asMessage)
+  const take = ActorClient.nextMessage(client)
   const nextMessage = Effect.suspend(() => {
     const queued = backlog.shift()
     if (queued !== undefined) return Effect.succeed(queued)

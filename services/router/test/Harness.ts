@@ -44,19 +44,10 @@ export const withRouter = <A, E>(body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Tok
 /** A token for `sub`, signed with the router's secret. */
 export const token = (sub: string) => Effect.flatMap(Tokens.Tokens, (t) => Effect.orDie(t.issue({ sub })))
 
-export interface Message {
-  readonly jsonrpc?: string
-  readonly id?: string | number | null
-  readonly method?: string
-  readonly params?: Record<string, unknown>
-  readonly result?: Record<string, unknown>
-  readonly error?: { readonly code: number; readonly message: string }
-}
-
-const asMessage = (u: unknown): Message => u as Message
+export type Message = ActorClient.JsonRpcMessage
 
 /** The next message the actor delivered to the socket, as JSON-RPC. */
-export const next = (client: ActorClient.ActorClient) => Effect.map(client.nextJson, asMessage)
+export const next = ActorClient.nextMessage
 
 /** The next delivery that is not a `status` keepalive. */
 export const nextBut = (client: ActorClient.ActorClient, skip = "status") =>
