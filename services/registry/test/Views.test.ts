@@ -5,19 +5,22 @@
 import { describe, expect, it } from "@effect/vitest"
 import { jetstreamManager } from "@nats-io/jetstream"
 import { connect } from "@nats-io/transport-node"
-import { Kv, MemoryBus, NatsBus, Subjects } from "@switchboard/bus"
+import { Bus, Kv, MemoryBus, NatsBus, Subjects } from "@switchboard/bus"
 import { Registry } from "@switchboard/protocol"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
+import * as Supervisor from "effect/Supervisor"
 import * as Views from "../src/Views.ts"
 import { eventually } from "./Harness.ts"
 
-const record = (tabId: number, tools: ReadonlyArray<string>): Registry.TabRecord => ({
-  user: "alice",
+const record = (tabId: number, tools: ReadonlyArray<string>, user = "alice"): Registry.TabRecord => ({
+  user,
   domain: "shop.example.com",
   tabId,
   url: "https://shop.example.com/",
@@ -35,6 +38,19 @@ const putTab = (tab: Registry.TabRecord) =>
   }).pipe(Effect.orDie)
 
 const toolNames = (view: Views.View) => view.aggregate().tools.map((t) => t.tool.name).sort()
+
+/** KV whose `keys` fails the next `outage.keys` times, as it times out while NATS elects a leader. */
+const flakyKeys = (outage: { keys: number }) =>
+  Layer.effect(
+    Kv.Kv,
+    Effect.map(Kv.Kv, (kv) => ({
+      bucket: (spec) =>
+        Effect.map(kv.bucket(spec), (bucket) => ({
+          ...bucket,
+          keys: (filter) => outage.keys-- > 0 ? Effect.fail(new Bus.BusError({ reason: "Kv", message: "timed out" })) : bucket.keys(filter)
+        }))
+    }))
+  )
 
 const quiet = Logger.minimumLogLevel(process.env["SB_TEST_LOG"] === "debug" ? LogLevel.Debug : LogLevel.None)
 
@@ -62,6 +78,54 @@ describe("registry views", () => {
       expect(c).not.toBe(a)
       expect(toolNames(c)).toEqual(["getCart", "search"])
     }).pipe(Effect.scoped, Effect.provide(MemoryBus.layer), Effect.provide(quiet)))
+
+  // Issue 16: a watch pair per user, each with its fiber and stream, was about 100 KB of every
+  // /hub user's cost in the registry. The replica's one pair serves every view.
+  it.live("views of many users add no fiber, and each user's records reach that user's view alone", () =>
+    Effect.gen(function*() {
+      const fibers = yield* Supervisor.track
+      const live = Effect.map(fibers.value, (all) => all.length)
+      yield* Effect.gen(function*() {
+        const views = yield* Views.make
+        // The first view starts what the replica runs once.
+        yield* views.acquire("alice")
+        const before = yield* live
+        const users = Array.from({ length: 30 }, (_, i) => `user${i}`)
+        const held = yield* Effect.forEach(users, (user) => views.acquire(user))
+        // The lookups' own fibers end once each view is ready; a watch per user would be 60 more.
+        const settled = yield* live.pipe(
+          Effect.filterOrFail((n) => n <= before + 2, (n) => n),
+          Effect.retry({ schedule: Schedule.spaced("10 millis"), times: 100 }),
+          Effect.either
+        )
+        expect(settled._tag).toBe("Right")
+
+        yield* putTab(record(1, ["getCart"], "user7"))
+        yield* eventually(Effect.sync(() => toolNames(held[7]!).includes("getCart")), "user7's view follows user7's records")
+        expect(held.filter((_, i) => i !== 7).every((v) => v.aggregate().tools.length === 0)).toBe(true)
+      }).pipe(Effect.supervised(fibers))
+    }).pipe(Effect.scoped, Effect.provide(MemoryBus.layer), Effect.provide(quiet)))
+
+  // CI's chaos run on 5a43202: after a NATS node died, new views' first reads timed out while
+  // leaders were elected, and the replica's watch was already past their users' records, so the
+  // views stayed empty (every /hub call TabNotFound) until a tab changed.
+  it.live("a view whose first read of KV fails fills in once KV answers again", () =>
+    Effect.gen(function*() {
+      const outage = { keys: 0 }
+      yield* Effect.gen(function*() {
+        const views = yield* Views.make
+        const bob = yield* views.acquire("bob")
+        yield* putTab(record(1, ["getCart"]))
+        yield* putTab(record(2, ["search"], "bob"))
+        // The watch delivers in order: once bob's record is in, alice's went by with no view to take it.
+        yield* eventually(Effect.sync(() => toolNames(bob).includes("search")), "the replica's watch is past alice's record")
+
+        outage.keys = 1
+        const alice = yield* views.acquire("alice")
+        expect(outage.keys).toBeLessThan(1)
+        yield* eventually(Effect.sync(() => toolNames(alice).includes("getCart")), "alice's view reads her records again", "50 millis")
+      }).pipe(Effect.provide(Layer.provide(flakyKeys(outage), MemoryBus.layer)))
+    }).pipe(Effect.scoped, Effect.provide(quiet)))
 
   // A chaos run saw a watch fail while NATS elected a leader, and the view freeze for good (3fd4bce).
   // Here the watch fails for sure: the bucket's stream is gone when the view starts watching, and
