@@ -227,21 +227,40 @@ export const makeBus = (): BusShape => {
   return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, isConnected: () => !isClosed, onReconnect: () => Effect.void }
 }
 
+const kvEncoder = new TextEncoder()
+
 /**
- * A KV value lives as long as its key (a connection's record, as long as the socket), so it gets
- * a buffer of its own: a short string's bytes from Buffer.from are a slice of Node's shared 8 KiB
- * pool, and keeping the slice would keep the whole slab alive.
+ * A KV value lives as long as its key (a connection's record, as long as the socket), so it is
+ * kept in the form that costs least for that long. Services put JSON text: kept as the string it
+ * is, 16 bytes of header on its characters, where bytes of their own cost a Uint8Array, an
+ * ArrayBuffer and a malloc'd backing store, about 300 bytes more per record and two to three
+ * records per idle connection (issue 16). Its bytes are made again on each read, which is rare
+ * next to how long a record lives. Bytes that are given are copied: a short string's bytes from
+ * Buffer.from are a slice of Node's shared 8 KiB pool, and keeping the slice would keep the whole
+ * slab alive.
  */
-const ownValue = (data: Uint8Array | string): Uint8Array => {
-  const bytes = toBytes(data)
-  return bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes)
-}
+type Held = string | Uint8Array
+const hold = (data: Uint8Array | string): Held => (typeof data === "string" || data.byteLength === data.buffer.byteLength ? data : new Uint8Array(data))
+const bytesOf = (held: Held): Uint8Array => (typeof held === "string" ? kvEncoder.encode(held) : held)
 
 /** A live value; deleted keys are not stored. */
 interface Stored {
-  readonly value: Uint8Array
+  readonly held: Held
   readonly revision: number
   readonly at: number
+}
+
+/** An entry as a reader sees it: its bytes are made when read. */
+class HeldEntry implements KvEntry {
+  constructor(
+    readonly key: string,
+    private readonly held: Held,
+    readonly revision: number,
+    readonly operation: "PUT" | "DEL"
+  ) {}
+  get value() {
+    return bytesOf(this.held)
+  }
 }
 
 const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBucketShape => {
@@ -260,13 +279,14 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
     return e
   }
 
-  const write = (key: string, value: Uint8Array, operation: "PUT" | "DEL"): number => {
+  const write = (key: string, held: Held, operation: "PUT" | "DEL"): number => {
     revision += 1
     // A deleted key is forgotten, not kept as a tombstone: nothing reads one (a deleted key reads
     // as absent either way), and services delete a key per closed connection.
     if (operation === "DEL") entries.delete(key)
-    else entries.set(key, { value, revision, at: Date.now() })
-    const entry: KvEntry = { key, value, revision, operation }
+    else entries.set(key, { held, revision, at: Date.now() })
+    if (watchers.size === 0) return revision
+    const entry = new HeldEntry(key, held, revision, operation)
     for (const w of watchers) if (subjectMatches(w.filter, key)) w.emit(entry)
     return revision
   }
@@ -276,23 +296,23 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
     get: (key) =>
       Effect.sync(() => {
         const e = live(key)
-        return e ? Option.some<KvEntry>({ key, value: e.value, revision: e.revision, operation: "PUT" }) : Option.none()
+        return e ? Option.some<KvEntry>(new HeldEntry(key, e.held, e.revision, "PUT")) : Option.none()
       }),
-    put: (key, value) => Effect.sync(() => write(key, ownValue(value), "PUT")),
+    put: (key, value) => Effect.sync(() => write(key, hold(value), "PUT")),
     create: (key, value) =>
       Effect.suspend(() =>
-        live(key) ? Effect.fail(new KvConflict({ key, reason: "Exists" })) : Effect.succeed(write(key, ownValue(value), "PUT"))
+        live(key) ? Effect.fail(new KvConflict({ key, reason: "Exists" })) : Effect.succeed(write(key, hold(value), "PUT"))
       ),
     update: (key, value, expected) =>
       Effect.suspend(() => {
         const e = live(key)
         return e?.revision !== expected
           ? Effect.fail(new KvConflict({ key, reason: "WrongRevision" }))
-          : Effect.succeed(write(key, ownValue(value), "PUT"))
+          : Effect.succeed(write(key, hold(value), "PUT"))
       }),
     delete: (key) =>
       Effect.sync(() => {
-        if (entries.has(key)) write(key, new Uint8Array(), "DEL")
+        if (entries.has(key)) write(key, "", "DEL")
       }),
     keys: (filter) =>
       Effect.sync(() => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter ?? ">", k))),
@@ -305,7 +325,7 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
               const initial: Array<KvEntry> = []
               for (const key of entries.keys()) {
                 const e = live(key)
-                if (e && subjectMatches(filter, key)) initial.push({ key, value: e.value, revision: e.revision, operation: "PUT" })
+                if (e && subjectMatches(filter, key)) initial.push(new HeldEntry(key, e.held, e.revision, "PUT"))
               }
               void emit.chunk(Chunk.unsafeFromArray(initial))
             }
