@@ -13,11 +13,16 @@ export interface ActorTimer {
   readonly cancel: () => void
 }
 
-/** What stays per timer while it waits: this, and one finalizer in the actor's scope. */
+/**
+ * What stays per timer while it waits: this, and one finalizer in the actor's scope. A cancelled
+ * timer lets go of Node's: a deadline that was met (a tab's hello) stays in the scope's
+ * finalizers for the connection's life, and would keep its Timeout, about 120 bytes (issue 16).
+ */
 class NodeTimer implements ActorTimer {
-  constructor(private readonly handle: ReturnType<typeof setTimeout>) {}
+  constructor(private handle: ReturnType<typeof setTimeout> | undefined) {}
   cancel() {
     clearTimeout(this.handle)
+    this.handle = undefined
   }
 }
 

@@ -5,7 +5,7 @@
  * `tools/call`s are `ToolCall.ts`'s; a tab's answer comes back through the tab's actor, told as
  * `Registry.FromTab`.
  */
-import { Actors } from "@switchboard/bus"
+import { Actors, type ActorTimer } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -43,21 +43,288 @@ const decodeInitialize = Schema.decodeUnknownEither(Registry.InitializeParams)
 const sameList = (a: Naming.Aggregate, b: Naming.Aggregate) =>
   a === b || (a.tools.length === b.tools.length && sameJson(a.tools.map(Naming.toMcp), b.tools.map(Naming.toMcp)))
 
+/**
+ * One session, once its actor is built. A class, so that every session shares its handlers: as
+ * closures over the actor's variables they were about 20 functions and a large context per idle
+ * session (issue 16). It is also what its calls see of it (`ToolCall.Session`) and what its user's
+ * view tells of a change (`Views.Listener`).
+ */
+class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Session, Views.Listener {
+  private currentUser: string | undefined
+  private currentView: Views.View | undefined
+  /** Set once `initialize` was answered. */
+  private protocolVersion: string | undefined
+  /** The list the client last saw (or was told changed), to push `list_changed` only on change. */
+  private shown: Naming.Aggregate | undefined
+  private wakeQueued = false
+  /**
+   * The session's tool calls, made with its first `tools/call` (or with the calls a hand-off
+   * brought): most sessions sit idle, and their maps, timer and closures were a few KB of each
+   * idle /hub socket (issue 16).
+   */
+  private calls: ToolCall.ToolCalls | undefined
+  /** Requests this actor started (a tab to open), which end with it; a set only once there is one. */
+  private started: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
+  /** Closes the session unless it authenticates in time; only for one that connected without a token. */
+  authTimer: ActorTimer.ActorTimer | undefined
+  /** Whether `release` is among the scope's finalizers yet. */
+  private releasing = false
+
+  constructor(
+    private readonly replica: Replica.Replica,
+    readonly conn: Actors.Connection,
+    private readonly transport: HubTransport.HubTransport,
+    private readonly scope: Scope.Scope,
+    user: string | undefined
+  ) {
+    this.currentUser = user
+  }
+
+  // --- what its calls and its view see of it ------------------------------------------------
+
+  view() {
+    return this.currentView
+  }
+  user() {
+    return this.currentUser
+  }
+  /**
+   * The service's runtime rather than a FiberSet per actor: one costs a Runtime and fiber refs
+   * for every idle session (issue 16), while few sessions ever open a tab.
+   */
+  runFork<A, E>(effect: Effect.Effect<A, E>) {
+    const fiber = this.replica.runService(effect)
+    const started = (this.started ??= new Set())
+    started.add(fiber)
+    fiber.addObserver(() => started.delete(fiber))
+  }
+  /** Changes arrive outside the mailbox; they come back in as a message, in order with frames. */
+  changed() {
+    if (this.wakeQueued) return
+    this.wakeQueued = true
+    Replica.peers.tell(this.conn, this.conn.id, WAKE)
+  }
+
+  // --- its state ----------------------------------------------------------------------------
+
+  /** Follows `owner`'s view from here on, until the actor's scope closes. */
+  attach(owner: string, version?: string) {
+    return Effect.map(Scope.extend(this.replica.views.acquire(owner), this.scope), (view) => {
+      this.currentUser = owner
+      this.currentView = view
+      if (version !== undefined) {
+        this.protocolVersion = version
+        this.shown = view.aggregate()
+      }
+      view.listen(this)
+    }).pipe(Effect.zipLeft(this.releaseWithScope()))
+  }
+
+  /** One finalizer for what the session itself holds, added once it holds something. */
+  private releaseWithScope(): Effect.Effect<void> {
+    if (this.releasing) return Effect.void
+    this.releasing = true
+    return Scope.addFinalizerExit(this.scope, releaseOf(this))
+  }
+
+  /** What the session holds beyond its scope's own resources: its place among the view's listeners, and the fibers it started. */
+  release(): Effect.Effect<void> {
+    this.currentView?.unlisten(this)
+    const started = this.started
+    return started === undefined ? Effect.void : Fiber.interruptAll(started)
+  }
+
+  /** The session's calls, made on first need. */
+  ensureCalls(): Effect.Effect<ToolCall.ToolCalls> {
+    return Effect.zipRight(this.releaseWithScope(), Effect.map(Scope.extend(ToolCall.make(this.replica, this), this.scope), (made) => (this.calls = made)))
+  }
+
+  /** A handed-over session's calls go on here; true when some were taken on. */
+  resume(handedOver: unknown): Effect.Effect<boolean> {
+    return Effect.map(this.ensureCalls(), (calls) => calls.resume(handedOver, this.transport) > 0)
+  }
+
+  private close(code: number, reason: string) {
+    this.transport.close(code, reason)
+  }
+
+  // --- requests -------------------------------------------------------------------------------
+
+  private toolsCall(request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) {
+    const params = decodeCallParams(request.params)
+    if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
+    this.calls?.start(request, params.right, ex, span)
+  }
+
+  private toolsList(request: JsonRpc.Request, ex: HubTransport.Exchange) {
+    const { config } = this.replica
+    const all = this.currentView?.aggregate() ?? { tools: [] }
+    const params = decodeListParams(isRecord(request.params) ? request.params : {})
+    const offset = Either.isRight(params) && params.right.cursor !== undefined ? Number(params.right.cursor) : Either.isRight(params) ? 0 : -1
+    if (offset < 0 || offset > all.tools.length) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
+    // A page ends at pageSize tools or before pageBytes, whichever comes first, but holds at
+    // least one tool: a page of large tools could otherwise outgrow what the bus and the edge
+    // carry, and the session would be closed on every attempt to list.
+    const parts: Array<string> = []
+    let bytes = 0
+    let end = offset
+    while (end < all.tools.length && parts.length < config.pageSize) {
+      const part = JSON.stringify(Naming.toMcp(all.tools[end]!))
+      const size = Buffer.byteLength(part) + 1
+      if (parts.length > 0 && bytes + size > config.pageBytes) break
+      parts.push(part)
+      bytes += size
+      end++
+    }
+    this.shown = this.currentView?.aggregate()
+    // The tools are serialized once, to measure them, and joined as they are.
+    const next = end < all.tools.length ? `,"nextCursor":${JSON.stringify(String(end))}` : ""
+    ex.reply(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
+  }
+
+  private initialize(request: JsonRpc.Request, ex: HubTransport.Exchange) {
+    const params = decodeInitialize(request.params ?? {})
+    if (Either.isLeft(params)) {
+      return ex.reply(failure(request.id, ErrorCode.InvalidParams, `Invalid params: initialize expects {protocolVersion: string} (${JsonRpc.shapeIssue(params.left)})`))
+    }
+    const asked = params.right.protocolVersion
+    const version = Registry.ProtocolVersions.find((v) => v === asked) ?? Registry.ProtocolVersions[0]
+    this.protocolVersion = version
+    this.shown = this.currentView?.aggregate()
+    ex.reply(result(request.id, { protocolVersion: version, capabilities: CAPABILITIES, serverInfo: SERVER_INFO }))
+    const user = this.currentUser
+    return user === undefined ? undefined : this.replica.remember(this.conn, { role: "hub", user, protocolVersion: version })
+  }
+
+  private authenticate(message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined, ex: HubTransport.Exchange) {
+    return Effect.gen(this, function*() {
+      const params = isRecord(message.params) ? message.params : {}
+      const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
+      if (typeof token !== "string") return this.close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
+      const claims = yield* Effect.either(this.replica.auth.verify(token))
+      if (Either.isLeft(claims)) return this.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
+      if (this.currentUser !== undefined && claims.right.sub !== this.currentUser) {
+        return this.close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
+      }
+      if (this.currentView === undefined) {
+        this.authTimer?.cancel()
+        yield* this.attach(claims.right.sub)
+        yield* this.replica.remember(this.conn, { role: "hub", user: claims.right.sub })
+      }
+      if (id !== undefined) ex.reply(result(id, {}))
+    })
+  }
+
+  private onRequest(request: JsonRpc.Request, frame: Actors.Frame, ex: HubTransport.Exchange): Effect.Effect<void> | void {
+    if (frame.limited) return ex.reply(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
+    switch (request.method) {
+      case "initialize":
+        return this.initialize(request, ex)
+      case "ping":
+        return ex.reply(result(request.id, {}))
+      case "authenticate":
+        return this.authenticate(request, request.id, ex)
+    }
+    if (this.protocolVersion === undefined) {
+      return ex.reply(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
+    }
+    if (request.method === "tools/list") return this.toolsList(request, ex)
+    if (request.method !== "tools/call") return ex.reply(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
+    if (this.calls === undefined) return Effect.flatMap(this.ensureCalls(), () => this.onRequest(request, frame, ex) ?? Effect.void)
+    if (!this.replica.traced) return this.toolsCall(request, ex, undefined)
+    // Not String(): an object with a "toString" field that is not a function makes it throw.
+    const named = isRecord(request.params) ? request.params["name"] : undefined
+    const name = typeof named === "string" ? named : ""
+    return Effect.currentSpan.pipe(
+      Effect.map((span) => this.toolsCall(request, ex, span)),
+      // Tool names are many (per domain and tab): they go in attributes, not span names.
+      Effect.withSpan("registry.call", {
+        kind: "server",
+        attributes: {
+          "rpc.method": "tools/call",
+          "mcp.tool.name": name,
+          "mcp.request.id": String(request.id),
+          "sb.conn": this.conn.id,
+          "user_id": this.currentUser ?? ""
+        }
+      }),
+      Telemetry.withRemoteParent(frame.traceparent),
+      Effect.ignore
+    )
+  }
+
+  // --- the actor ------------------------------------------------------------------------------
+
+  onFrame(frame: Actors.Frame): Effect.Effect<void> | void {
+    const transport = this.transport
+    if (transport.control(frame)) return
+    const ex = transport.exchange(frame)
+    if (!transport.admits(frame, this.currentUser)) {
+      // The edge checks a session's owner before it forwards; this is the actor's own check.
+      return ex.reply(failure(null, ErrorCode.InvalidRequest, "Invalid Request: this session belongs to another user"))
+    }
+    const decoded = JsonRpc.decodeFrame(frame.text)
+    // The WebSocket transport: an invalid frame is a protocol error, and closes the session.
+    // Over HTTP, the request that carried it is answered, and the session carries on.
+    if (Either.isLeft(decoded)) {
+      ex.reply(JsonRpc.encode(decoded.left))
+      return transport.kind === "ws" ? this.close(CloseCode.ProtocolError, decoded.left.error.message) : undefined
+    }
+    const incoming = decoded.right
+    if (incoming._tag === "Response") return // the hub asks clients nothing
+    const message = incoming.message
+    const id = incoming._tag === "Request" ? incoming.message.id : undefined
+    if (this.currentView === undefined) {
+      if (message.method === "authenticate") return this.authenticate(message, id, ex)
+      return this.close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
+    }
+    if (incoming._tag === "Request") return this.onRequest(incoming.message, frame, ex)
+    if (message.method === "notifications/cancelled") {
+      // A malformed cancel names no call this session could find: it is ignored, as MCP asks.
+      const params = decodeCancelled(message.params)
+      return Either.isRight(params) ? this.calls?.cancel(params.right) : undefined
+    }
+    // notifications/initialized and anything else a client announces need no answer.
+  }
+
+  private onWake() {
+    this.wakeQueued = false
+    const now = this.currentView?.aggregate()
+    const shown = this.shown
+    if (this.protocolVersion !== undefined && shown !== undefined && now !== undefined && !sameList(shown, now)) {
+      this.shown = now
+      this.transport.push(LIST_CHANGED)
+    }
+    this.calls?.tabsChanged()
+  }
+
+  /** A field, not a method: the host hands it on unbound. */
+  readonly receive = (message: Registry.RegistryPeer): Effect.Effect<void> | void =>
+    // A tab's answer to a session that never called a tool answers nothing here.
+    message._tag === "FromTab" ? this.calls?.fromTab(message) : this.onWake()
+
+  onClosed() {
+    return Effect.suspend(() => {
+      this.calls?.closed()
+      this.transport.ended()
+      return this.replica.forget(this.conn)
+    })
+  }
+
+  onHandoff(): Registry.HubHandoff {
+    const stream = this.transport.handOff()
+    return { role: "hub", ...(this.calls?.handOff() ?? { seq: 0, calls: [] }), ...(stream === undefined ? {} : { stream }) }
+  }
+}
+
+/** Out here, so that the finalizer holds the session alone. */
+const releaseOf = (session: Session) => () => session.release()
+
 export const make = (replica: Replica.Replica) => (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
   Effect.gen(function*() {
-    const { auth, config, deadline, forget, httpSessions, link, recall, remember, traced, views } = replica
+    const { config, deadline, httpSessions, link, recall, remember } = replica
     const scope = yield* Effect.scope
-    /** Requests this actor started (a tab to open), which end with it; a set only once there is one. */
-    let started: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
-    yield* Scope.addFinalizer(scope, Effect.suspend(() => (started === undefined ? Effect.void : Fiber.interruptAll(started))))
-    // The service's runtime rather than a FiberSet per actor: one costs a Runtime and fiber refs
-    // for every idle session (issue 16), while few sessions ever open a tab.
-    const runFork = <A, E>(effect: Effect.Effect<A, E>) => {
-      const fiber = replica.runService(effect)
-      ;(started ??= new Set()).add(fiber)
-      fiber.addObserver(() => started?.delete(fiber))
-    }
-    let user = conn.user
+    const user = conn.user
     const http = conn.open.transport === "http"
     // A Streamable HTTP session is opened by the edge with the request's verified token, and never authenticates in-band.
     if (http && user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
@@ -72,206 +339,19 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       yield* Effect.addFinalizer(() => Effect.sync(release))
     }
     const transport = http ? yield* HubTransport.http(conn, link, config.http, ToolCall.handedStream(handedOver)) : HubTransport.webSocket(conn)
-    let view: Views.View | undefined
-    /** Set once `initialize` was answered. */
-    let protocolVersion: string | undefined
-    /** The list the client last saw (or was told changed), to push `list_changed` only on change. */
-    let shown: Naming.Aggregate | undefined
-    let wakeQueued = false
-    /**
-     * The session's tool calls, made with its first `tools/call` (or with the calls a hand-off
-     * brought): most sessions sit idle, and their maps, timer and closures were a few KB of each
-     * idle /hub socket (issue 16).
-     */
-    let calls: ToolCall.ToolCalls | undefined
-    const makeCalls = Effect.map(Scope.extend(ToolCall.make(replica, { conn, view: () => view, user: () => user, runFork }), scope), (made) => {
-      calls = made
-      return made
-    })
-
-    const attach = (owner: string) =>
-      Effect.gen(function*() {
-        user = owner
-        const v = yield* Scope.extend(views.acquire(owner), scope)
-        view = v
-        // Changes arrive outside the mailbox; they come back in as a message, in order with frames.
-        const unlisten = v.listen(() => {
-          if (wakeQueued) return
-          wakeQueued = true
-          Replica.peers.tell(conn, conn.id, WAKE)
-        })
-        yield* Scope.addFinalizer(scope, Effect.sync(unlisten))
-      })
+    const session = new Session(replica, conn, transport, scope, user)
 
     const saved = restored ? yield* recall(conn) : Option.none()
     if (Option.isSome(saved) && saved.value.role === "hub") {
-      protocolVersion = saved.value.protocolVersion
-      yield* attach(saved.value.user)
-      shown = view?.aggregate()
+      yield* session.attach(saved.value.user, saved.value.protocolVersion)
     } else if (user !== undefined) {
-      yield* attach(user)
+      yield* session.attach(user)
       yield* remember(conn, { role: "hub", user })
     }
-    const authTimer = view === undefined ? yield* deadline(conn, "Authentication failed: no authenticate message in time") : undefined
-    const close = transport.close
-
-    const toolsCall = (request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => {
-      const params = decodeCallParams(request.params)
-      if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
-      calls?.start(request, params.right, ex, span)
-    }
-
-    const toolsList = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
-      const all = view?.aggregate() ?? { tools: [] }
-      const params = decodeListParams(isRecord(request.params) ? request.params : {})
-      const offset = Either.isRight(params) && params.right.cursor !== undefined ? Number(params.right.cursor) : Either.isRight(params) ? 0 : -1
-      if (offset < 0 || offset > all.tools.length) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
-      // A page ends at pageSize tools or before pageBytes, whichever comes first, but holds at
-      // least one tool: a page of large tools could otherwise outgrow what the bus and the edge
-      // carry, and the session would be closed on every attempt to list.
-      const parts: Array<string> = []
-      let bytes = 0
-      let end = offset
-      while (end < all.tools.length && parts.length < config.pageSize) {
-        const part = JSON.stringify(Naming.toMcp(all.tools[end]!))
-        const size = Buffer.byteLength(part) + 1
-        if (parts.length > 0 && bytes + size > config.pageBytes) break
-        parts.push(part)
-        bytes += size
-        end++
-      }
-      shown = view?.aggregate()
-      // The tools are serialized once, to measure them, and joined as they are.
-      const next = end < all.tools.length ? `,"nextCursor":${JSON.stringify(String(end))}` : ""
-      ex.reply(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
-    }
-
-    const initialize = (request: JsonRpc.Request, ex: HubTransport.Exchange) => {
-      const params = decodeInitialize(request.params ?? {})
-      if (Either.isLeft(params)) {
-        return ex.reply(failure(request.id, ErrorCode.InvalidParams, `Invalid params: initialize expects {protocolVersion: string} (${JsonRpc.shapeIssue(params.left)})`))
-      }
-      const asked = params.right.protocolVersion
-      const version = Registry.ProtocolVersions.find((v) => v === asked) ?? Registry.ProtocolVersions[0]
-      protocolVersion = version
-      shown = view?.aggregate()
-      ex.reply(result(request.id, { protocolVersion: version, capabilities: CAPABILITIES, serverInfo: SERVER_INFO }))
-      return user === undefined ? undefined : remember(conn, { role: "hub", user, protocolVersion: version })
-    }
-
-    const authenticate = (message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined, ex: HubTransport.Exchange) =>
-      Effect.gen(function*() {
-        const params = isRecord(message.params) ? message.params : {}
-        const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
-        if (typeof token !== "string") return close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
-        const claims = yield* Effect.either(auth.verify(token))
-        if (Either.isLeft(claims)) return close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
-        if (user !== undefined && claims.right.sub !== user) {
-          return close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
-        }
-        if (view === undefined) {
-          authTimer?.cancel()
-          yield* attach(claims.right.sub)
-          yield* remember(conn, { role: "hub", user: claims.right.sub })
-        }
-        if (id !== undefined) ex.reply(result(id, {}))
-      })
-
-    const onRequest = (request: JsonRpc.Request, frame: Actors.Frame, ex: HubTransport.Exchange): Effect.Effect<void> | void => {
-      if (frame.limited) return ex.reply(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
-      switch (request.method) {
-        case "initialize":
-          return initialize(request, ex)
-        case "ping":
-          return ex.reply(result(request.id, {}))
-        case "authenticate":
-          return authenticate(request, request.id, ex)
-      }
-      if (protocolVersion === undefined) {
-        return ex.reply(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
-      }
-      if (request.method === "tools/list") return toolsList(request, ex)
-      if (request.method !== "tools/call") return ex.reply(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
-      if (calls === undefined) return Effect.flatMap(makeCalls, () => onRequest(request, frame, ex) ?? Effect.void)
-      if (!traced) return toolsCall(request, ex, undefined)
-      // Not String(): an object with a "toString" field that is not a function makes it throw.
-      const named = isRecord(request.params) ? request.params["name"] : undefined
-      const name = typeof named === "string" ? named : ""
-      return Effect.currentSpan.pipe(
-        Effect.map((span) => toolsCall(request, ex, span)),
-        // Tool names are many (per domain and tab): they go in attributes, not span names.
-        Effect.withSpan("registry.call", {
-          kind: "server",
-          attributes: { "rpc.method": "tools/call", "mcp.tool.name": name, "mcp.request.id": String(request.id), "sb.conn": conn.id, "user_id": user ?? "" }
-        }),
-        Telemetry.withRemoteParent(frame.traceparent),
-        Effect.ignore
-      )
-    }
-
-    const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
-      if (transport.control(frame)) return
-      const ex = transport.exchange(frame)
-      if (!transport.admits(frame, user)) {
-        // The edge checks a session's owner before it forwards; this is the actor's own check.
-        return ex.reply(failure(null, ErrorCode.InvalidRequest, "Invalid Request: this session belongs to another user"))
-      }
-      const decoded = JsonRpc.decodeFrame(frame.text)
-      // The WebSocket transport: an invalid frame is a protocol error, and closes the session.
-      // Over HTTP, the request that carried it is answered, and the session carries on.
-      if (Either.isLeft(decoded)) {
-        ex.reply(JsonRpc.encode(decoded.left))
-        return transport.kind === "ws" ? close(CloseCode.ProtocolError, decoded.left.error.message) : undefined
-      }
-      const incoming = decoded.right
-      if (incoming._tag === "Response") return // the hub asks clients nothing
-      const message = incoming.message
-      const id = incoming._tag === "Request" ? incoming.message.id : undefined
-      if (view === undefined) {
-        if (message.method === "authenticate") return authenticate(message, id, ex)
-        return close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
-      }
-      if (incoming._tag === "Request") return onRequest(incoming.message, frame, ex)
-      if (message.method === "notifications/cancelled") {
-        // A malformed cancel names no call this session could find: it is ignored, as MCP asks.
-        const params = decodeCancelled(message.params)
-        return Either.isRight(params) ? calls?.cancel(params.right) : undefined
-      }
-      // notifications/initialized and anything else a client announces need no answer.
-    }
-
-    const onWake = () => {
-      wakeQueued = false
-      const now = view?.aggregate()
-      if (protocolVersion !== undefined && shown !== undefined && now !== undefined && !sameList(shown, now)) {
-        shown = now
-        transport.push(LIST_CHANGED)
-      }
-      calls?.tabsChanged()
-    }
-
-    const receive = (message: Registry.RegistryPeer): Effect.Effect<void> | void =>
-      // A tab's answer to a session that never called a tool answers nothing here.
-      message._tag === "FromTab" ? calls?.fromTab(message) : onWake()
-
-    const onClosed = () =>
-      Effect.suspend(() => {
-        calls?.closed()
-        transport.ended()
-        return forget(conn)
-      })
-
-    const onHandoff = (): Registry.HubHandoff => {
-      const stream = transport.handOff()
-      return { role: "hub", ...(calls?.handOff() ?? { seq: 0, calls: [] }), ...(stream === undefined ? {} : { stream }) }
-    }
+    if (session.view() === undefined) session.authTimer = yield* deadline(conn, "Authentication failed: no authenticate message in time")
 
     // A tab that closed while the session moved: its calls are retried, as on any wake.
     // Made at once for a handed-over session, whose call ids go on from the old owner's.
-    if (handedOver !== undefined && (yield* makeCalls).resume(handedOver, transport) > 0) {
-      wakeQueued = true
-      Replica.peers.tell(conn, conn.id, WAKE)
-    }
-
-    return { onFrame, receive, onClosed, onHandoff } satisfies Actors.Actor<never, Registry.RegistryPeer>
+    if (handedOver !== undefined && (yield* session.resume(handedOver))) session.changed()
+    return session
   })

@@ -26,20 +26,26 @@ interface Known<A> {
   readonly value: A | undefined
 }
 
+/** Who hears of a view's changes: an object, so that a session listens without a closure of its own. */
+export interface Listener {
+  /** Called outside any actor, after the aggregate or the tabs changed. */
+  readonly changed: () => void
+}
+
 export interface View {
   readonly user: string
   /** Open tabs by domain, then tab id. */
   readonly tabs: () => ReadonlyMap<string, ReadonlyMap<number, Registry.TabRecord>>
   readonly cached: (domain: string, tool: string) => Registry.CachedToolRecord | undefined
   readonly aggregate: () => Naming.Aggregate
-  /** Called (outside any actor) after the aggregate or the tabs changed; returns the unsubscribe. */
-  readonly listen: (listener: () => void) => () => void
+  readonly listen: (listener: Listener) => void
+  readonly unlisten: (listener: Listener) => void
 }
 
 class UserView implements View {
   private readonly tabRecords = new Map<string, Known<Registry.TabRecord>>()
   private readonly cachedRecords = new Map<string, Known<Registry.CachedToolRecord>>()
-  private readonly listeners = new Set<() => void>()
+  private readonly listeners = new Set<Listener>()
   private byDomain = new Map<string, Map<number, Registry.TabRecord>>()
   private cachedByTool = new Map<string, Registry.CachedToolRecord>()
   private current: Naming.Aggregate = { tools: [], byName: new Map() }
@@ -47,12 +53,20 @@ class UserView implements View {
 
   constructor(readonly user: string) {}
 
-  tabs = () => this.byDomain
-  cached = (domain: string, tool: string) => this.cachedByTool.get(`${domain}\u0000${tool}`)
-  aggregate = () => this.current
-  listen = (listener: () => void) => {
+  tabs() {
+    return this.byDomain
+  }
+  cached(domain: string, tool: string) {
+    return this.cachedByTool.get(`${domain}\u0000${tool}`)
+  }
+  aggregate() {
+    return this.current
+  }
+  listen(listener: Listener) {
     this.listeners.add(listener)
-    return () => void this.listeners.delete(listener)
+  }
+  unlisten(listener: Listener) {
+    this.listeners.delete(listener)
   }
 
   applyTab(entry: Kv.KvEntry) {
@@ -96,7 +110,7 @@ class UserView implements View {
     this.byDomain = byDomain
     this.cachedByTool = cachedByTool
     this.current = Naming.aggregate(tabs, cached)
-    for (const listener of this.listeners) listener()
+    for (const listener of this.listeners) listener.changed()
   }
 }
 
