@@ -3,7 +3,7 @@
  * its page's tools, and keeps them in KV (user → domain → tab) while its socket is open. The tab's
  * answers to calls go on to the `/hub` session that asked, told as `Registry.FromTab` (`ToolCall.ts`).
  */
-import { Actors, Subjects } from "@switchboard/bus"
+import { Actors, type ActorTimer, Subjects } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -45,172 +45,211 @@ export const hostOf = (url: string): string | undefined => {
   }
 }
 
+/**
+ * One tab's actor, once built. A class, so that every tab shares its handlers: as closures over
+ * the actor's variables they were nine functions and a large context per idle tab (issue 16).
+ */
+class Tab implements Actors.Actor {
+  private tab: Registry.TabRecord | undefined
+  private key = ""
+  /** The cached tools this actor last wrote, so re-registering the same list writes nothing; made with the first. */
+  private written: Map<string, Registry.CachedToolRecord> | undefined
+  /** What the tab sends wrong is logged at this rate, however fast it sends it; made with the first warning. */
+  private warnings: WarningThrottle | undefined
+  helloTimer: ActorTimer.ActorTimer | undefined
+
+  constructor(
+    private readonly replica: Replica.Replica,
+    readonly conn: Actors.Connection,
+    private readonly user: string,
+    /** The host of the socket's Origin, which the tab's url must match. */
+    private readonly origin: string | undefined
+  ) {}
+
+  /** The tab this actor had, when it is adopted and its KV record still names its connection. */
+  restore(key: string, record: Registry.TabRecord) {
+    this.key = key
+    this.tab = record
+  }
+  get registered() {
+    return this.tab !== undefined
+  }
+
+  private warn(message: string) {
+    const tab = this.tab
+    const warnings = (this.warnings ??= new WarningThrottle(Duration.toMillis(this.replica.config.warningInterval)))
+    const line = warnings.admit(`tab ${tab === undefined ? this.conn.id : `${tab.tabId} of ${tab.domain} (${this.conn.id})`}: ${message}`)
+    return line === undefined ? Effect.void : Effect.logWarning(line)
+  }
+
+  /** Whether the record was stored; a failure is logged. */
+  private save(next: Registry.TabRecord) {
+    return this.replica.tabs.put(this.key, next).pipe(
+      Effect.tap(() => Effect.sync(() => (this.tab = next))),
+      Effect.as(true),
+      Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e), false))
+    )
+  }
+  private answer(id: JsonRpc.Id | undefined, value: unknown) {
+    return id === undefined ? undefined : this.conn.send(result(id, value))
+  }
+  /** A request gets the error; a notification can only be logged. */
+  private refuse(id: JsonRpc.Id | undefined, code: number, message: string) {
+    return id === undefined ? this.warn(message) : Effect.sync(() => this.conn.send(failure(id, code, message)))
+  }
+
+  private hello(params: unknown, id: JsonRpc.Id | undefined) {
+    return Effect.gen(this, function*() {
+      const { conn, user } = this
+      const decoded = decodeHello(params ?? {})
+      if (Either.isLeft(decoded)) {
+        return conn.close(CloseCode.ProtocolError, `${Method.hello}: expected {tabId, url, title?, active?}`)
+      }
+      const { active, tabId, url } = decoded.right
+      const title = decoded.right.title?.slice(0, MaxTitle)
+      const domain = hostOf(url)
+      if (domain === undefined) return conn.close(CloseCode.ProtocolError, `${Method.hello}: url must be an http(s) URL with a host name of at most ${MaxHostname} characters`)
+      if (this.origin !== undefined && this.origin !== domain) {
+        return conn.close(CloseCode.PolicyViolation, `the tab's url (${domain}) does not match its Origin (${this.origin})`)
+      }
+      const tab = this.tab
+      if (tab !== undefined) {
+        if (tab.tabId !== tabId || tab.domain !== domain) {
+          return yield* this.refuse(id, ErrorCode.InvalidRequest, "Invalid Request: a tab's identity cannot change; open a new socket after navigating")
+        }
+        yield* this.save({ ...tab, url, ...(title === undefined ? {} : { title }), activatedAt: active === true ? Date.now() : tab.activatedAt })
+        return this.answer(id, { domain, tabId })
+      }
+      this.helloTimer?.cancel()
+      this.key = Subjects.Key.tab(user, domain, tabId)
+      const { link, remember, tabs } = this.replica
+      // A page reload reconnects with the same tab id: the new socket replaces the old one.
+      const previous = yield* tabs.get(this.key).pipe(Effect.orElseSucceed(() => Option.none()))
+      if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
+        const old = previous.value.value
+        link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection of the same tab")
+      }
+      const now = Date.now()
+      yield* this.save({
+        user,
+        domain,
+        tabId,
+        url,
+        ...(title === undefined ? {} : { title }),
+        conn: conn.id,
+        edge: conn.edge,
+        activatedAt: active === true ? now : 0,
+        updatedAt: now,
+        tools: []
+      })
+      yield* remember(conn, { role: "tab", user, domain, tabId })
+      yield* Effect.logDebug(`tab ${tabId} of ${domain} (user ${user}) connected`)
+      return this.answer(id, { domain, tabId })
+    })
+  }
+
+  private register(current: Registry.TabRecord, method: string, params: unknown, id: JsonRpc.Id | undefined) {
+    return Effect.gen(this, function*() {
+      const { cachedTools, config } = this.replica
+      const decoded = decodeRegister(params ?? {})
+      if (Either.isLeft(decoded)) return yield* this.refuse(id, ErrorCode.InvalidParams, `Invalid params: ${method} expects {tools: Tool[]}`)
+      const accepted: Array<Registry.Tool> = []
+      const rejected: Array<Registry.ToolRejection> = []
+      const names = new Set<string>()
+      for (const candidate of decoded.right.tools) {
+        const tool = Registry.validateTool(candidate, config.maxToolBytes)
+        if (Either.isLeft(tool)) rejected.push(tool.left)
+        else if (names.has(tool.right.name)) rejected.push(Registry.rejectTool("duplicate", tool.right.name, "listed twice; the first one counts"))
+        else if (accepted.length >= config.maxToolsPerTab) {
+          rejected.push(Registry.rejectTool("over-limit", tool.right.name, `over the limit of ${config.maxToolsPerTab} tools per tab`))
+        } else {
+          names.add(tool.right.name)
+          accepted.push(tool.right)
+        }
+      }
+      // One bounded line, at a bounded rate: the tab's answer has the details.
+      if (rejected.length > 0) yield* this.warn(Rejections.logLine(rejected))
+      const tabUrl = decoded.right.tabUrl
+      const url = tabUrl !== undefined && hostOf(tabUrl) === current.domain ? tabUrl : current.url
+      // Idempotent: the same list again changes nothing and tells nobody.
+      if (url !== current.url || !sameTools(accepted, current.tools)) {
+        const stored = yield* this.save({ ...current, url, tools: accepted, updatedAt: Date.now() })
+        if (!stored) return yield* this.refuse(id, ErrorCode.InternalError, `Internal error: could not store the tab's tools; send ${method} again`)
+      }
+      // Only the tools this tab still lists can be written again; the rest would only grow the map.
+      const written = this.written
+      if (written !== undefined) for (const name of written.keys()) if (!names.has(name)) written.delete(name)
+      for (const tool of accepted) {
+        if (!Registry.isCached(tool)) continue
+        const record: Registry.CachedToolRecord = { domain: current.domain, url, tool, cachedAt: Date.now() }
+        const last = written?.get(tool.name)
+        if (last !== undefined && last.url === url && sameJson(last.tool, tool)) continue
+        ;(this.written ??= new Map()).set(tool.name, record)
+        yield* cachedTools.put(Subjects.Key.cachedTool(this.user, current.domain, tool.name), record).pipe(
+          Effect.catchAll((e) => Effect.logWarning(`could not cache tool ${tool.name}`, e))
+        )
+      }
+      return this.answer(id, { registered: accepted.length, ...Rejections.forTab(rejected) })
+    })
+  }
+
+  /** A response or progress notification for a hub session: its id or token starts with the session's conn id. */
+  private toHub(frame: Actors.Frame, message: Record<string, unknown>, routing: unknown) {
+    if (typeof routing !== "string") return
+    const hub = routing.slice(0, routing.indexOf(":"))
+    if (!Subjects.isConnId(hub)) return
+    // Parsed once, here: a hub actor on this replica takes the value as it is.
+    Replica.peers.tell(this.conn, hub, { _tag: "FromTab", tab: this.conn.id, message }, frame.traceparent)
+  }
+
+  onFrame(frame: Actors.Frame): Effect.Effect<void> | void {
+    const decoded = JsonRpc.decodeFrame(frame.text)
+    if (Either.isLeft(decoded)) return this.conn.send(JsonRpc.encode(decoded.left))
+    const incoming = decoded.right
+    const message = incoming.message as Record<string, unknown>
+    if (incoming._tag === "Response") return this.toHub(frame, message, message["id"])
+    const { method, params } = incoming.message as JsonRpc.Notification
+    const id = incoming._tag === "Request" ? incoming.message.id : undefined
+    if (method === "notifications/progress") return this.toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
+    if (method === "notifications/cancelled") return this.toHub(frame, message, isRecord(params) ? params["requestId"] : undefined)
+    if (frame.limited) return this.refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
+    if (method === Method.hello) return this.hello(params, id)
+    const current = this.tab
+    if (current === undefined) return this.refuse(id, ErrorCode.InvalidRequest, `Invalid Request: send ${Method.hello} first`)
+    switch (method) {
+      case Method.registerTools:
+      case Method.updateTools:
+        return this.register(current, method, params, id)
+      case Method.activated:
+        return Effect.zipRight(this.save({ ...current, activatedAt: Date.now() }), Effect.sync(() => this.answer(id, {})))
+    }
+    if (id !== undefined) return this.conn.send(failure(id, ErrorCode.MethodNotFound, `Method not found: ${method}`))
+  }
+
+  onClosed() {
+    return Effect.gen(this, function*() {
+      const { forget, tabs } = this.replica
+      yield* forget(this.conn)
+      if (this.tab === undefined) return
+      const current = yield* tabs.get(this.key)
+      // A newer socket of the same tab may own the entry already.
+      if (Option.isSome(current) && current.value.value.conn === this.conn.id) yield* tabs.delete(this.key)
+    }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not remove closed tab ${this.conn.id}; it is pruned once stale`, e)))
+  }
+}
+
 export const make = (replica: Replica.Replica) => (conn: Actors.Connection, restored: boolean) =>
   Effect.gen(function*() {
-    const { cachedTools, config, deadline, forget, link, recall, remember, tabs } = replica
+    const { deadline, recall, tabs } = replica
     const user = conn.user
     if (user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
-    const origin = conn.open.origin === undefined ? undefined : hostOf(conn.open.origin)
-    let tab: Registry.TabRecord | undefined
-    let key = ""
-    /** The cached tools this actor last wrote, so re-registering the same list writes nothing. */
-    const written = new Map<string, Registry.CachedToolRecord>()
-    /** What the tab sends wrong is logged at this rate, however fast it sends it. */
-    const warnings = new WarningThrottle(Duration.toMillis(config.warningInterval))
-    const warn = (message: string) => {
-      const line = warnings.admit(`tab ${tab === undefined ? conn.id : `${tab.tabId} of ${tab.domain} (${conn.id})`}: ${message}`)
-      return line === undefined ? Effect.void : Effect.logWarning(line)
-    }
-
+    const tab = new Tab(replica, conn, user, conn.open.origin === undefined ? undefined : hostOf(conn.open.origin))
     const saved = restored ? yield* recall(conn) : Option.none()
     if (Option.isSome(saved) && saved.value.role === "tab") {
-      key = Subjects.Key.tab(user, saved.value.domain, saved.value.tabId)
+      const key = Subjects.Key.tab(user, saved.value.domain, saved.value.tabId)
       const found = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
-      if (Option.isSome(found) && found.value.value.conn === conn.id) tab = found.value.value
+      if (Option.isSome(found) && found.value.value.conn === conn.id) tab.restore(key, found.value.value)
     }
-    const helloTimer = tab === undefined ? yield* deadline(conn, `${Method.hello} expected first`) : undefined
-
-    /** Whether the record was stored; a failure is logged. */
-    const save = (next: Registry.TabRecord) =>
-      tabs.put(key, next).pipe(
-        Effect.tap(() => Effect.sync(() => (tab = next))),
-        Effect.as(true),
-        Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e), false))
-      )
-    const answer = (id: JsonRpc.Id | undefined, value: unknown) => (id === undefined ? undefined : conn.send(result(id, value)))
-    /** A request gets the error; a notification can only be logged. */
-    const refuse = (id: JsonRpc.Id | undefined, code: number, message: string) =>
-      id === undefined ? warn(message) : Effect.sync(() => conn.send(failure(id, code, message)))
-
-    const hello = (params: unknown, id: JsonRpc.Id | undefined) =>
-      Effect.gen(function*() {
-        const decoded = decodeHello(params ?? {})
-        if (Either.isLeft(decoded)) {
-          return conn.close(CloseCode.ProtocolError, `${Method.hello}: expected {tabId, url, title?, active?}`)
-        }
-        const { active, tabId, url } = decoded.right
-        const title = decoded.right.title?.slice(0, MaxTitle)
-        const domain = hostOf(url)
-        if (domain === undefined) return conn.close(CloseCode.ProtocolError, `${Method.hello}: url must be an http(s) URL with a host name of at most ${MaxHostname} characters`)
-        if (origin !== undefined && origin !== domain) {
-          return conn.close(CloseCode.PolicyViolation, `the tab's url (${domain}) does not match its Origin (${origin})`)
-        }
-        if (tab !== undefined) {
-          if (tab.tabId !== tabId || tab.domain !== domain) {
-            return yield* refuse(id, ErrorCode.InvalidRequest, "Invalid Request: a tab's identity cannot change; open a new socket after navigating")
-          }
-          yield* save({ ...tab, url, ...(title === undefined ? {} : { title }), activatedAt: active === true ? Date.now() : tab.activatedAt })
-          return answer(id, { domain, tabId })
-        }
-        helloTimer?.cancel()
-        key = Subjects.Key.tab(user, domain, tabId)
-        // A page reload reconnects with the same tab id: the new socket replaces the old one.
-        const previous = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
-        if (Option.isSome(previous) && previous.value.value.conn !== conn.id) {
-          const old = previous.value.value
-          link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection of the same tab")
-        }
-        const now = Date.now()
-        yield* save({
-          user,
-          domain,
-          tabId,
-          url,
-          ...(title === undefined ? {} : { title }),
-          conn: conn.id,
-          edge: conn.edge,
-          activatedAt: active === true ? now : 0,
-          updatedAt: now,
-          tools: []
-        })
-        yield* remember(conn, { role: "tab", user, domain, tabId })
-        yield* Effect.logDebug(`tab ${tabId} of ${domain} (user ${user}) connected`)
-        return answer(id, { domain, tabId })
-      })
-
-    const register = (current: Registry.TabRecord, method: string, params: unknown, id: JsonRpc.Id | undefined) =>
-      Effect.gen(function*() {
-        const decoded = decodeRegister(params ?? {})
-        if (Either.isLeft(decoded)) return yield* refuse(id, ErrorCode.InvalidParams, `Invalid params: ${method} expects {tools: Tool[]}`)
-        const accepted: Array<Registry.Tool> = []
-        const rejected: Array<Registry.ToolRejection> = []
-        const names = new Set<string>()
-        for (const candidate of decoded.right.tools) {
-          const tool = Registry.validateTool(candidate, config.maxToolBytes)
-          if (Either.isLeft(tool)) rejected.push(tool.left)
-          else if (names.has(tool.right.name)) rejected.push(Registry.rejectTool("duplicate", tool.right.name, "listed twice; the first one counts"))
-          else if (accepted.length >= config.maxToolsPerTab) {
-            rejected.push(Registry.rejectTool("over-limit", tool.right.name, `over the limit of ${config.maxToolsPerTab} tools per tab`))
-          } else {
-            names.add(tool.right.name)
-            accepted.push(tool.right)
-          }
-        }
-        // One bounded line, at a bounded rate: the tab's answer has the details.
-        if (rejected.length > 0) yield* warn(Rejections.logLine(rejected))
-        const tabUrl = decoded.right.tabUrl
-        const url = tabUrl !== undefined && hostOf(tabUrl) === current.domain ? tabUrl : current.url
-        // Idempotent: the same list again changes nothing and tells nobody.
-        if (url !== current.url || !sameTools(accepted, current.tools)) {
-          const stored = yield* save({ ...current, url, tools: accepted, updatedAt: Date.now() })
-          if (!stored) return yield* refuse(id, ErrorCode.InternalError, `Internal error: could not store the tab's tools; send ${method} again`)
-        }
-        // Only the tools this tab still lists can be written again; the rest would only grow the map.
-        for (const name of written.keys()) if (!names.has(name)) written.delete(name)
-        for (const tool of accepted) {
-          if (!Registry.isCached(tool)) continue
-          const record: Registry.CachedToolRecord = { domain: current.domain, url, tool, cachedAt: Date.now() }
-          const last = written.get(tool.name)
-          if (last !== undefined && last.url === url && sameJson(last.tool, tool)) continue
-          written.set(tool.name, record)
-          yield* cachedTools.put(Subjects.Key.cachedTool(user, current.domain, tool.name), record).pipe(
-            Effect.catchAll((e) => Effect.logWarning(`could not cache tool ${tool.name}`, e))
-          )
-        }
-        return answer(id, { registered: accepted.length, ...Rejections.forTab(rejected) })
-      })
-
-    /** A response or progress notification for a hub session: its id or token starts with the session's conn id. */
-    const toHub = (frame: Actors.Frame, message: Record<string, unknown>, routing: unknown) => {
-      if (typeof routing !== "string") return
-      const hub = routing.slice(0, routing.indexOf(":"))
-      if (!Subjects.isConnId(hub)) return
-      // Parsed once, here: a hub actor on this replica takes the value as it is.
-      Replica.peers.tell(conn, hub, { _tag: "FromTab", tab: conn.id, message }, frame.traceparent)
-    }
-
-    const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
-      const decoded = JsonRpc.decodeFrame(frame.text)
-      if (Either.isLeft(decoded)) return conn.send(JsonRpc.encode(decoded.left))
-      const incoming = decoded.right
-      const message = incoming.message as Record<string, unknown>
-      if (incoming._tag === "Response") return toHub(frame, message, message["id"])
-      const { method, params } = incoming.message as JsonRpc.Notification
-      const id = incoming._tag === "Request" ? incoming.message.id : undefined
-      if (method === "notifications/progress") return toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
-      if (method === "notifications/cancelled") return toHub(frame, message, isRecord(params) ? params["requestId"] : undefined)
-      if (frame.limited) return refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
-      if (method === Method.hello) return hello(params, id)
-      const current = tab
-      if (current === undefined) return refuse(id, ErrorCode.InvalidRequest, `Invalid Request: send ${Method.hello} first`)
-      switch (method) {
-        case Method.registerTools:
-        case Method.updateTools:
-          return register(current, method, params, id)
-        case Method.activated:
-          return Effect.zipRight(save({ ...current, activatedAt: Date.now() }), Effect.sync(() => answer(id, {})))
-      }
-      if (id !== undefined) return conn.send(failure(id, ErrorCode.MethodNotFound, `Method not found: ${method}`))
-    }
-
-    const onClosed = () =>
-      Effect.gen(function*() {
-        yield* forget(conn)
-        if (tab === undefined) return
-        const current = yield* tabs.get(key)
-        // A newer socket of the same tab may own the entry already.
-        if (Option.isSome(current) && current.value.value.conn === conn.id) yield* tabs.delete(key)
-      }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not remove closed tab ${conn.id}; it is pruned once stale`, e)))
-
-    return { onFrame, onClosed } satisfies Actors.Actor
+    if (!tab.registered) tab.helloTimer = yield* deadline(conn, `${Method.hello} expected first`)
+    return tab
   })
