@@ -1,18 +1,16 @@
 /**
  * Each replica's live picture of the users its `/hub` sessions serve: the user's tab and cached-tool
- * records, followed through KV, and the aggregate built from them. One view per user per replica,
- * shared by all that user's sessions here and dropped with the last of them; one watch pair per
- * replica feeds them all.
+ * records, followed through KV watches, and the aggregate built from them. One watch pair per user
+ * per replica, shared by all that user's sessions here and dropped with the last of them.
  */
 import { Kv, Subjects } from "@switchboard/bus"
 import { Registry } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
-import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as RcMap from "effect/RcMap"
 import * as Schema from "effect/Schema"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Naming from "./Naming.ts"
 
@@ -115,88 +113,49 @@ class UserView implements View {
 }
 
 export interface Views {
-  /**
-   * The user's view, released with the scope. It holds the records already in KV when this returns,
-   * unless reading them failed: then it fills in as a read retried in the background succeeds.
-   */
+  /** The user's view, ready (initial records read) when this returns; released with the scope. */
   readonly acquire: (user: string) => Effect.Effect<View, never, Scope.Scope>
 }
-
-/** How soon a failed KV watch or read is tried again: quickly at first, then every 5 s. */
-const again = Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))
-
-/** A tab or cached-tool key's first token: its user's (see `Subjects.Key.userTools`). */
-const ownerToken = (key: string) => key.slice(0, key.indexOf("."))
 
 export const make = Effect.gen(function*() {
   const kv = yield* Kv.Kv
   const tabs = yield* kv.bucket(Subjects.Bucket.tabs)
   const cached = yield* kv.bucket(Subjects.Bucket.cachedTools)
-  // The watches run on the replica's runtime, not on that of the first view's lookup, whose
-  // context (its entry's scope) they would keep; they end with the replica.
-  const runWatch = yield* FiberSet.makeRuntime<never>()
-  /**
-   * The views held on this replica, by their user's key token: where the replica's two watches
-   * deliver. A watch pair per user cost a fiber, a stream and a KV consumer each, about 100 KB
-   * per user in the registry (issue 16); the records of users nobody here holds are dropped.
-   */
-  const held = new Map<string, UserView>()
+
+  const follow = (view: UserView, bucket: Kv.KvBucketShape, apply: (e: Kv.KvEntry) => void) =>
+    Effect.gen(function*() {
+      const filter = Subjects.Key.userTools(view.user)
+      // The watch replays every key's latest entry, then follows; reading the keys as well tells
+      // when the view has caught up, since the replay's end is not marked.
+      yield* followStream(bucket.watch({ key: filter, initial: true }), apply)
+      for (const key of yield* bucket.keys(filter)) {
+        const entry = yield* bucket.get(key)
+        if (Option.isSome(entry)) apply(entry.value)
+      }
+    }).pipe(
+      // The watch, once started, still fills the view in; a failed read only makes it start late.
+      Effect.catchAllCause((cause) => Effect.logWarning(`could not read ${view.user}'s records in ${bucket.name}; the view fills in as they change`, cause))
+    )
 
   const followStream = (stream: Stream.Stream<Kv.KvEntry, unknown>, apply: (e: Kv.KvEntry) => void) =>
     stream.pipe(
       Stream.runForEach((e) => Effect.sync(() => apply(e))),
       // A watch fails when NATS cannot answer for a while (a node died, a leader is elected): watch
-      // again, which replays each key's latest entry, rather than leave the views frozen for good.
-      Effect.tapError((e) => Effect.logWarning("the registry's views lost a KV watch; watching again", e)),
-      Effect.retry(again),
-      Effect.catchAllCause((cause) => Effect.logError("the registry's views stopped following KV", cause)),
-      runWatch
+      // again, which replays each key's latest entry, rather than leave the view frozen for good.
+      Effect.tapError((e) => Effect.logWarning("a registry view lost its KV watch; watching again", e)),
+      Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+      Effect.catchAllCause((cause) => Effect.logError("a registry view stopped following KV", cause)),
+      Effect.forkScoped
     )
 
-  // Started with the first view, so that a replica without /hub sessions follows nothing. Each
-  // watch replays every key's latest entry when it starts, and again after it failed: a change
-  // that happened while it was down reaches the views then, and one made before a view's own
-  // read (below) reaches it either way; the newer revision wins.
-  const watch = yield* Effect.once(Effect.sync(() => {
-    followStream(tabs.watch({ initial: true }), (e) => held.get(ownerToken(e.key))?.applyTab(e))
-    followStream(cached.watch({ initial: true }), (e) => held.get(ownerToken(e.key))?.applyCached(e))
-  }))
-
-  const readBucket = (bucket: Kv.KvBucketShape, user: string, apply: (e: Kv.KvEntry) => void) =>
-    Effect.gen(function*() {
-      for (const key of yield* bucket.keys(Subjects.Key.userTools(user))) {
-        const entry = yield* bucket.get(key)
-        if (Option.isSome(entry)) apply(entry.value)
-      }
-    })
-
-  /** The user's records already in KV: what makes a new view ready, whatever the watch replayed so far. */
-  const read = (view: UserView) =>
-    Effect.all([readBucket(tabs, view.user, (e) => view.applyTab(e)), readBucket(cached, view.user, (e) => view.applyCached(e))], {
-      discard: true
-    })
-
-  // One view per user, shared by that user's sessions on this replica, and dropped from `held`
-  // when the last session lets go. The lookup returns once the records already in KV are read,
-  // and sessions that ask meanwhile wait for that same lookup.
+  // One view per user, shared by that user's sessions on this replica; its watches live in the
+  // entry's scope, which closes when the last session lets go. The lookup returns once the
+  // initial records are read, and sessions that ask meanwhile wait for that same lookup.
   const byUser = yield* RcMap.make({
     lookup: (user: string) =>
       Effect.gen(function*() {
-        yield* watch
         const view = new UserView(user)
-        const token = ownerToken(Subjects.Key.userTools(user))
-        held.set(token, view)
-        yield* Scope.addFinalizer(yield* Effect.scope, Effect.sync(() => held.delete(token)))
-        // A read that fails (KV times out while NATS elects a leader) is read again until it works,
-        // in the view's scope: the watch brings only what changes, so a view that gave up would
-        // miss its user's existing tabs until each changed. Meanwhile the view is served as it is.
-        yield* read(view).pipe(
-          Effect.catchAllCause((cause) =>
-            Effect.logWarning(`could not read ${user}'s tabs and tools from KV; reading again in the background`, cause).pipe(
-              Effect.zipRight(read(view).pipe(Effect.retry(again), Effect.forkScoped))
-            )
-          )
-        )
+        yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))])
         view.rebuild()
         return view
       })
