@@ -233,6 +233,10 @@ export const make = (replica: Replica) => {
             const answered = reply(message).succeed({ name: ext.name, peerCount: attached.size })
             return Effect.zipRight(answered, Effect.sync(announce))
           }
+          case "Probe":
+            // A client that asks may have missed our `ExtensionGone`, or we its `Detach`; either
+            // way only what this actor holds now counts.
+            return reply(message).succeed({ attached: ext !== undefined && attached.has(message.connectionId) })
           case "Detach":
             if (attached.delete(message.connectionId)) announce()
             return
