@@ -119,10 +119,10 @@ export class Attach extends Schema.TaggedRequest<Attach>()("Attach", {
 }) {}
 
 /**
- * Client actor → extension actor: is proxy connection `connectionId` still attached to you? Asked
- * when an `ExtensionGone` may have been lost (core NATS keeps nothing for a replica whose connection
- * dropped) or a forwarded request timed out. `attached: false`, or nobody answering for the
- * extension's connection, means the extension is gone for this client.
+ * Client actor ⇄ extension actor: is proxy connection `connectionId` still attached to you? Asked
+ * when an `ExtensionGone` or a `Detach` may have been lost (core NATS keeps nothing for a replica
+ * whose connection dropped), and by a client whose forwarded request timed out. `attached: false`,
+ * or nobody listening on the peer's connection, means the peer is gone for this connection.
  */
 export class Probe extends Schema.TaggedRequest<Probe>()("Probe", {
   failure: Schema.Never,

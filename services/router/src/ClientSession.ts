@@ -4,7 +4,7 @@
  * goes to the connected extension under the id `<connection_id>:<id>`. The actor owns its pending
  * requests: the extension's actor (`ExtensionSession.ts`) passes each answer back as a peer message.
  */
-import { type Actors, ActorTimer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
+import { type Actors, ActorTimer, type Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
@@ -357,8 +357,11 @@ export const make = (replica: Replica) => {
         )
       }
 
-      const receive = (message: Proxy.RouterPeer): Effect.Effect<void> | void => {
+      const receive = (message: Proxy.RouterPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
         switch (message._tag) {
+          case "Probe":
+            // The extension's actor, back on NATS, checks that its client did not leave unheard.
+            return reply(message).succeed({ attached: session?.connectionId === message.connectionId })
           case "Answer":
             return onAnswer(message)
           case "ExtensionGone":

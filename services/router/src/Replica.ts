@@ -52,10 +52,11 @@ export const make = Effect.gen(function*() {
   const clientSeats = new ConnectionLimit(config.maxClientsPerUser)
   const extensionSeats = new ConnectionLimit(config.maxExtensionsPerUser)
   /**
-   * Each MCP client actor attached to an extension, by its connection: how it checks that the
-   * extension's actor still knows it. Peer messages to this replica's actors are lost while its
+   * How each proxy actor checks its peers, by its connection: an MCP client's actor attached to an
+   * extension asks the extension's actor whether it still knows it; an extension's actor with
+   * clients looks up their records. Peer messages to this replica's actors are lost while its
    * NATS connection is down (core NATS keeps nothing for a subscriber that is away), an
-   * `ExtensionGone` among them; so when the connection comes back, every session checks.
+   * `ExtensionGone` or a `Detach` among them; so when the connection comes back, every one checks.
    */
   const probes = new Map<Subjects.ConnId, () => Effect.Effect<ProbeOutcome>>()
   let sweeping = false
@@ -70,8 +71,8 @@ export const make = Effect.gen(function*() {
     return Effect.forEach(all, (probe) => Effect.map(probe(), (o) => void outcomes[o]++), { concurrency: config.probeConcurrency, discard: true }).pipe(
       Effect.zipRight(Effect.suspend(() =>
         all.length === 0 ? Effect.void : Effect.logInfo(
-          `router: NATS connection back; checked the extensions of ${all.length} sessions in ${Date.now() - started} ms: ` +
-            `${outcomes.attached} attached, ${outcomes.gone} gone, ${outcomes.unknown} unanswered`
+          `router: NATS connection back; checked the peers of ${all.length} proxy actors in ${Date.now() - started} ms: ` +
+            `${outcomes.attached} still attached, ${outcomes.gone} gone, ${outcomes.unknown} unanswered`
         )
       ))
     )

@@ -5,7 +5,8 @@
  * when C's NATS node dies and it reconnects to another. The extension closing in that gap loses
  * its `ExtensionGone`; when C's connection is back, the client's actor asks E's (`Proxy.Probe`)
  * and ends its session. A healthy session is asked too, and left alone, even when the answer is
- * slow in coming.
+ * slow in coming. The other way round, E cut off loses a client's `Detach`, and asks the client's
+ * actor once it is back.
  */
 import { expect, layer } from "@effect/vitest"
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
@@ -63,7 +64,7 @@ const replica = (server: string, ns: string, logs?: Queue.Queue<string>) =>
 const testSide = (server: string, ns: string) =>
   Layer.merge(NatsBus.layer({ servers: [server], namespace: ns }), Tokens.layer).pipe(Layer.provide(config), Layer.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
-/** Whether anyone listens on `conn`'s subject: a client's actor answers no `Probe`, so a listener means a timeout. */
+/** Whether anyone listens on `conn`'s subject: an actor answers a `Probe` for a connection it never heard of, nobody else does. */
 const listened = (conn: Subjects.ConnId) =>
   Effect.flatMap(Bus.Bus, (bus) =>
     routerPeers.ask(Peer.outside(bus, "router"), conn, new Proxy.Probe({ connectionId: "none" }), { timeout: "200 millis" }).pipe(
@@ -80,11 +81,11 @@ const untilListened = (conn: Subjects.ConnId, wanted: boolean) =>
     Effect.asVoid
   )
 
-/** The next log line of replica C that contains `text`, within 10 s. */
+/** The next line a replica logged that contains `text`, within 10 s. */
 const logged = (logs: Queue.Queue<string>, text: string) =>
   Queue.take(logs).pipe(
     Effect.repeat({ until: (line) => line.includes(text) }),
-    Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`replica C never logged ${JSON.stringify(text)}`) }),
+    Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`the replica never logged ${JSON.stringify(text)}`) }),
     Effect.orDie
   )
 
@@ -97,40 +98,53 @@ const roundTrip = (client: ActorClient.ActorClient, ext: ActorClient.ActorClient
     expect(yield* nextBut(client, "")).toEqual({ jsonrpc: "2.0", id, result: { tabs: [id] } })
   })
 
-layer(NatsServer.layer, { excludeTestServices: true, timeout: "120 seconds" })("a client's replica that lost its NATS connection", (it) => {
-  it.scoped("ends a session whose ExtensionGone was lost once it is back, and leaves a healthy one alone, slow answers included", () =>
+/**
+ * Replica C (through relay `toC`) hosting alice's MCP client, replica E (through `toE`) hosting her
+ * extension, and the client connected to it. C's log lines go to `logs`, E's to `eLogs`. The
+ * client opens while C is the only replica, the extension while C is cut off: each lands where
+ * the test wants it.
+ */
+const placed = Effect.gen(function*() {
+  const { url } = yield* NatsServer
+  const ns = namespace()
+  const toC = yield* Relay.make(url)
+  const toE = yield* Relay.make(url)
+  const logs = yield* Queue.unbounded<string>()
+  const eLogs = yield* Queue.unbounded<string>()
+  const here = yield* Layer.build(testSide(url, ns))
+  yield* Layer.build(replica(toC.url, ns, logs))
+  return yield* Effect.gen(function*() {
+    const client = yield* mcpClient("alice")
+    yield* toC.cut
+    yield* untilListened(client.conn, false)
+    yield* Layer.build(replica(toE.url, ns, eLogs))
+    const ext = yield* extension("alice")
+    yield* toC.restore
+    yield* untilListened(client.conn, true)
+    const connected = yield* call(client, 2, "connect", { extension_id: ext.id })
+    const connectionId = connected.result?.["connection_id"]
+    if (typeof connectionId !== "string") return yield* Effect.dieMessage(`connect failed: ${JSON.stringify(connected)}`)
+    expect(yield* next(client)).toMatchObject({ method: "status", params: { connected: true, peer_count: 1 } })
+    // After `authenticated`, the extension had a status with no peers, then this one.
+    expect(yield* next(ext.client)).toMatchObject({ method: "status", params: { connected: true, peer_count: 0 } })
+    expect(yield* next(ext.client)).toMatchObject({ method: "status", params: { connected: true, peer_count: 1 } })
+    yield* roundTrip(client, ext.client, 3)
+    return { toC, toE, logs, eLogs, here, client, ext: ext.client, connectionId }
+  }).pipe(Effect.provide(here))
+})
+
+layer(NatsServer.layer, { excludeTestServices: true, timeout: "120 seconds" })("a router replica that lost its NATS connection", (it) => {
+  it.scoped("C ends a session whose ExtensionGone was lost once it is back, and leaves a healthy one alone, slow answers included", () =>
     Effect.gen(function*() {
-      const { url } = yield* NatsServer
-      const ns = namespace()
-      const toC = yield* Relay.make(url)
-      const toE = yield* Relay.make(url)
-      const logs = yield* Queue.unbounded<string>()
-      const here = yield* Layer.build(testSide(url, ns))
-      yield* Layer.build(replica(toC.url, ns, logs))
-
+      const { toC, toE, logs, here, client, ext, connectionId } = yield* placed
       yield* Effect.gen(function*() {
-        // Placement: the client opens while C is the only replica, the extension while C is cut off.
-        const client = yield* mcpClient("alice")
-        yield* toC.cut
-        yield* untilListened(client.conn, false)
-        yield* Layer.build(replica(toE.url, ns))
-        const ext = yield* extension("alice")
-        yield* toC.restore
-        yield* untilListened(client.conn, true)
-
-        const connected = yield* call(client, 2, "connect", { extension_id: ext.id })
-        const connectionId = connected.result?.["connection_id"]
-        if (typeof connectionId !== "string") return yield* Effect.dieMessage(`connect failed: ${JSON.stringify(connected)}`)
-        expect(yield* next(client)).toMatchObject({ method: "status", params: { connected: true, peer_count: 1 } })
-        yield* roundTrip(client, ext.client, 3)
-
         // 1. C's connection drops and comes back with nothing lost: the probe finds the session attached.
         yield* toC.cut
         yield* untilListened(client.conn, false)
         yield* toC.restore
         yield* logged(logs, `for ${connectionId}: attached`)
         expect(yield* client.pending).toBe(0)
-        yield* roundTrip(client, ext.client, 4)
+        yield* roundTrip(client, ext, 4)
 
         // 2. NATS is slow towards E: a request times out, and so does the probe it starts. No
         // answer is no proof: the session carries on.
@@ -140,15 +154,15 @@ layer(NatsServer.layer, { excludeTestServices: true, timeout: "120 seconds" })("
         yield* logged(logs, `for ${connectionId}: unknown`)
         yield* toE.resume
         expect(yield* client.pending).toBe(0)
-        expect((yield* nextBut(ext.client)).id).toBe(`${connectionId}:5`)
-        yield* roundTrip(client, ext.client, 6)
+        expect((yield* nextBut(ext)).id).toBe(`${connectionId}:5`)
+        yield* roundTrip(client, ext, 6)
         expect(yield* client.pending).toBe(0)
 
         // 3. The extension closes while C is cut off: its actor's ExtensionGone reaches nobody.
         yield* toC.cut
         yield* untilListened(client.conn, false)
-        yield* ext.client.close()
-        yield* ext.client.ended
+        yield* ext.close()
+        yield* ext.ended
         const restored = Date.now()
         yield* toC.restore
         const notice = yield* nextBut(client, "").pipe(
@@ -158,9 +172,26 @@ layer(NatsServer.layer, { excludeTestServices: true, timeout: "120 seconds" })("
         const tookMillis = Date.now() - restored
         expect(notice).toEqual({ jsonrpc: "2.0", method: "disconnected", params: { connection_id: connectionId, reason: "Extension gone" } })
         expect(yield* nextBut(client, "")).toMatchObject({ method: "status", params: { connected: false, peer_count: 0 } })
-        yield* logged(logs, "1 sessions in")
+        yield* logged(logs, "peers of 1 proxy actors")
         console.log(`session ended ${tookMillis} ms after C's NATS connection was restored`)
         expect((yield* call(client, 7, "getTabs")).error).toEqual({ code: -32000, message: "Not connected to an extension" })
+      }).pipe(Effect.provide(here))
+    }), 90_000)
+
+  it.scoped("E drops a client whose Detach was lost once it is back: the extension's peer_count comes right", () =>
+    Effect.gen(function*() {
+      const { toE, eLogs, here, client, ext, connectionId } = yield* placed
+      yield* Effect.gen(function*() {
+        yield* toE.cut
+        yield* untilListened(ext.conn, false)
+        // The client disconnects while E is cut off: its Detach reaches nobody; its record goes.
+        expect((yield* call(client, 8, "disconnect")).result).toEqual({ disconnected: true })
+        yield* toE.restore
+        yield* logged(eLogs, `clients of extension conn ${ext.conn}: gone`)
+        expect(yield* nextBut(ext, "").pipe(
+          Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("E still counts the client that left") }),
+          Effect.orDie
+        )).toMatchObject({ method: "status", params: { connected: true, peer_count: 0 } })
       }).pipe(Effect.provide(here))
     }), 90_000)
 })
