@@ -192,6 +192,8 @@ layer(NatsServer.layer, { excludeTestServices: true, timeout: "120 seconds" })("
           Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("E still counts the client that left") }),
           Effect.orDie
         )).toMatchObject({ method: "status", params: { connected: true, peer_count: 0 } })
+        const asked = yield* Effect.flatMap(Bus.Bus, (bus) => routerPeers.ask(Peer.outside(bus, "router"), ext.conn, new Proxy.Probe({ connectionId }))).pipe(Effect.orDie)
+        expect(asked).toEqual({ attached: false })
       }).pipe(Effect.provide(here))
     }), 90_000)
 })
