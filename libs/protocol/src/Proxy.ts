@@ -118,6 +118,18 @@ export class Attach extends Schema.TaggedRequest<Attach>()("Attach", {
   payload: { connectionId: Schema.String, user: Schema.String, clientConn: Schema.String }
 }) {}
 
+/**
+ * Client actor ⇄ extension actor: is proxy connection `connectionId` still attached to you? Asked
+ * when an `ExtensionGone` or a `Detach` may have been lost (core NATS keeps nothing for a replica
+ * whose connection dropped), and by a client whose forwarded request timed out. `attached: false`,
+ * or nobody listening on the peer's connection, means the peer is gone for this connection.
+ */
+export class Probe extends Schema.TaggedRequest<Probe>()("Probe", {
+  failure: Schema.Never,
+  success: Schema.Struct({ attached: Schema.Boolean }),
+  payload: { connectionId: Schema.String }
+}) {}
+
 /** Client actor → extension actor: the proxy connection ended. */
 export class Detach extends Schema.TaggedClass<Detach>()("Detach", { connectionId: Schema.String }) {}
 
@@ -165,5 +177,5 @@ export class InternalRequest extends Schema.TaggedRequest<InternalRequest>()("In
 }) {}
 
 /** Every message between the router's actors, and from other services to them. */
-export const RouterPeer = Schema.Union(Attach, Detach, Answer, ExtensionGone, PeerStatus, InternalRequest)
+export const RouterPeer = Schema.Union(Attach, Probe, Detach, Answer, ExtensionGone, PeerStatus, InternalRequest)
 export type RouterPeer = typeof RouterPeer.Type

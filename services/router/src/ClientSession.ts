@@ -4,22 +4,26 @@
  * goes to the connected extension under the id `<connection_id>:<id>`. The actor owns its pending
  * requests: the extension's actor (`ExtensionSession.ts`) passes each answer back as a peer message.
  */
-import { type Actors, ActorTimer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
+import { type Actors, ActorTimer, type Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, JsonRpc, Proxy } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
 import { failure, notification, orWarn, relayed, result, status, warnIfFails } from "./Replies.ts"
-import { decodeHandoff, peers, type Replica } from "./Replica.ts"
+import { decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 const decodeHandshake = Schema.decodeUnknownEither(Proxy.HandshakeParams)
 const decodeConnect = Schema.decodeUnknownEither(Proxy.ConnectParams)
+
+/** Why a session ends when its extension's actor no longer knows it (its `ExtensionGone` was lost). */
+export const GONE = "Extension gone"
 
 const isReserved = (id: JsonRpc.Id) => typeof id === "string" && Proxy.ReservedPrefixes.some((p) => id.startsWith(p))
 
@@ -32,7 +36,7 @@ interface Pending {
 
 export const make = (replica: Replica) => {
   // Taken apart once per replica, not per actor: an idle actor's closure holds no copies of these.
-  const { auth, clientSeats, config, extensions, forget, inFlight, keepalive, link, proxies, recall, remember, seat, timedOut, timeoutMillis, traced, userBudget } = replica
+  const { auth, clientSeats, config, extensions, forget, inFlight, keepalive, link, probes, proxies, recall, remember, runFork, seat, timedOut, timeoutMillis, traced, userBudget } = replica
   return (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
@@ -75,7 +79,10 @@ export const make = (replica: Replica) => {
       const deadline = user !== undefined
         ? undefined
         : yield* ActorTimer.after(config.authTimeout, () => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))
-      const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => send(failure(p.id, ErrorCode.ServerError, timedOut)), inFlight)
+      const pending = yield* TimedMap.make<string, Pending>(timeoutMillis, (_, p) => {
+        send(failure(p.id, ErrorCode.ServerError, timedOut))
+        probeAfterTimeout()
+      }, inFlight)
       // Requests in flight at the replica that handed this socket over: their answers come here.
       const handed = decodeHandoff(handedOver)
       if (Option.isSome(handed) && handed.value.role === "client") {
@@ -96,6 +103,7 @@ export const make = (replica: Replica) => {
         if (session === undefined) return
         const ended = session
         session = undefined
+        probes.delete(conn.id)
         failPending(`Extension disconnected: ${reason}`)
         if (notify) send(notification("disconnected", { connection_id: ended.connectionId, reason }))
         send(status(false, 0))
@@ -167,6 +175,7 @@ export const make = (replica: Replica) => {
             extension: link.to(Subjects.EdgeId(ext.edge), Subjects.ConnId(ext.conn)),
             peerCount: attached.peerCount
           }
+          yield* track
           yield* proxies
             .put(Subjects.Key.proxyConnection(connectionId), {
               connectionId,
@@ -247,6 +256,67 @@ export const make = (replica: Replica) => {
         )
       }
 
+      /** Whether a probe is in flight, and until when a timed-out request starts none. */
+      let probing = false
+      let quietUntil = 0
+      /** Whether the actor's scope already removes its entry from `probes`. */
+      let tracked = false
+
+      /**
+       * Asks the extension's actor whether this session is still attached to it, in a fiber of its
+       * own: the mailbox goes on meanwhile. If it is gone, the session ends through the mailbox, as
+       * the `ExtensionGone` that was lost would have ended it, and only if it is the same session
+       * by then. No answer in time proves nothing (NATS may be slow): the session carries on.
+       */
+      const probe = (): Effect.Effect<ProbeOutcome> =>
+        Effect.suspend(() => {
+          const s = session
+          if (s === undefined) return Effect.succeed<ProbeOutcome>("attached")
+          probing = true
+          const { connectionId, extConn } = s
+          return peers.ask(conn, extConn, new Proxy.Probe({ connectionId }), { timeout: config.probeTimeout }).pipe(
+            Effect.map(({ attached }): ProbeOutcome => (attached ? "attached" : "gone")),
+            Effect.catchAll((why) => (why._tag === "PeerUnavailable" && why.reason === "NoResponders" ? unlessListed(s.extensionId, extConn) : Effect.succeed<ProbeOutcome>("unknown"))),
+            Effect.tap((outcome) => {
+              if (outcome === "gone") peers.tell(conn, conn.id, new Proxy.ExtensionGone({ connectionId, reason: GONE }))
+              return Effect.logDebug(`router: probed extension conn ${extConn} for ${connectionId}: ${outcome}`)
+            }),
+            Effect.ensuring(Effect.sync(() => void (probing = false)))
+          )
+        })
+
+      /**
+       * Nobody listens on the extension's connection: gone, unless its record still names that
+       * connection, when its replica died and a survivor has yet to adopt it (within 6 s).
+       */
+      const unlessListed = (extensionId: string, extConn: Subjects.ConnId): Effect.Effect<ProbeOutcome> => {
+        if (user === undefined) return Effect.succeed("unknown")
+        return extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(
+          Effect.map(Option.match({ onNone: (): ProbeOutcome => "gone", onSome: ({ value }): ProbeOutcome => (value.conn === extConn ? "unknown" : "gone") })),
+          Effect.orElseSucceed((): ProbeOutcome => "unknown")
+        )
+      }
+
+      /**
+       * A forwarded request timed out, perhaps because the extension's actor is gone: one probe for
+       * a burst of timeouts, and none again for a timeout period after it.
+       */
+      const probeAfterTimeout = () => {
+        if (session === undefined || probing || Date.now() < quietUntil) return
+        quietUntil = Date.now() + timeoutMillis
+        runFork(probe())
+      }
+
+      /** Enters the session in the replica's `probes`, which it checks when its NATS connection comes back. */
+      const track = Effect.suspend(() => {
+        probes.set(conn.id, probe)
+        if (tracked) return Effect.void
+        tracked = true
+        // Handed over, or stopped with its replica, the actor ends without `onClosed`: its scope removes the entry.
+        return Scope.addFinalizer(scope, Effect.sync(() => void probes.delete(conn.id)))
+      })
+      if (session !== undefined) yield* track
+
       const onFrame = (frame: Actors.Frame): Effect.Effect<void> | void => {
         const decoded = JsonRpc.decodeFrame(frame.text)
         if (Either.isLeft(decoded)) return send(JsonRpc.encode(decoded.left))
@@ -287,8 +357,11 @@ export const make = (replica: Replica) => {
         )
       }
 
-      const receive = (message: Proxy.RouterPeer): Effect.Effect<void> | void => {
+      const receive = (message: Proxy.RouterPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
         switch (message._tag) {
+          case "Probe":
+            // The extension's actor, back on NATS, checks that its client did not leave unheard.
+            return reply(message).succeed({ attached: session?.connectionId === message.connectionId })
           case "Answer":
             return onAnswer(message)
           case "ExtensionGone":
@@ -308,6 +381,7 @@ export const make = (replica: Replica) => {
           pending.clear()
           const ended = session
           session = undefined
+          probes.delete(conn.id)
           return Effect.zipRight(ended === undefined ? Effect.void : detach(ended.connectionId, ended.extConn), forget(conn))
         })
 

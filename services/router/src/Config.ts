@@ -38,3 +38,13 @@ export const shutdownGrace = Settings.duration(
   "10 seconds",
   "How long a stopping router replica may take to hand its sockets to the other replicas (well under Kubernetes' 30 s)"
 )
+export const probeTimeout = Settings.duration(
+  "ROUTER_PROBE_TIMEOUT",
+  "5 seconds",
+  "How long an MCP client's actor waits for its extension's actor to say whether their connection is still attached (asked after this replica's NATS connection came back, and after a forwarded request timed out); no answer in time is not taken as gone"
+)
+export const probeConcurrency = Settings.positiveInt(
+  "ROUTER_PROBE_CONCURRENCY",
+  64,
+  "How many of those checks one router replica has in flight at once after its NATS connection came back, so that many sessions do not ask in one burst"
+)

@@ -10,9 +10,10 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { failure, notification, orWarn, refused, status, warnIfFails } from "./Replies.ts"
-import { decodeHandoff, peers, type Replica } from "./Replica.ts"
+import { decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -42,7 +43,8 @@ const shown = (id: string) => JSON.stringify(id.length > 80 ? `${id.slice(0, 80)
 
 export const make = (replica: Replica) => {
   // Taken apart once per replica, not per actor: an idle actor's closure holds no copies of these.
-  const { auth, config, extensionIds, extensions, extensionSeats, forget, inFlight, internalMillis, internalTimedOut, keepalive, link, proxies, recall, remember, runFork, seat } = replica
+  const { auth, config, extensionIds, extensions, extensionSeats, forget, inFlight, internalMillis, internalTimedOut, keepalive, link, probes, proxies, recall, remember, runFork, seat } = replica
+
   /** Where an internal request's answer goes, for one handed over from another replica. */
   const replyTo = (subject: string) => peers.replyAt(replica.bus, Proxy.InternalRequest, subject)
   return (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
@@ -223,6 +225,43 @@ export const make = (replica: Replica) => {
         )
       }
 
+      /**
+       * After this replica's NATS connection came back: a client's `Detach` may have been lost
+       * meanwhile, leaving a client here that is gone (a wrong `peer_count`, answers sent to
+       * nobody). Each attached client's actor is asked, as it asks this one; one that says no, or
+       * a connection nobody listens on whose record is gone too, is detached through this actor's
+       * own mailbox, as a `Detach` would be. One client at a time: the replica bounds how many
+       * actors check at once.
+       */
+      const recheck = (): Effect.Effect<ProbeOutcome> =>
+        Effect.forEach([...attached], ([connectionId, client]) =>
+          peers.ask(conn, client.conn, new Proxy.Probe({ connectionId }), { timeout: config.probeTimeout }).pipe(
+            Effect.map(({ attached }): ProbeOutcome => (attached ? "attached" : "gone")),
+            Effect.catchAll((why) => (why._tag === "PeerUnavailable" && why.reason === "NoResponders" ? unrecorded(connectionId) : Effect.succeed<ProbeOutcome>("unknown"))),
+            Effect.tap((outcome) => (outcome === "gone" ? Effect.sync(() => peers.tell(conn, conn.id, new Proxy.Detach({ connectionId }))) : Effect.void))
+          )).pipe(
+            Effect.map((outcomes): ProbeOutcome => (outcomes.includes("gone") ? "gone" : outcomes.includes("unknown") ? "unknown" : "attached")),
+            Effect.tap((outcome) => Effect.logDebug(`router: rechecked the clients of extension conn ${conn.id}: ${outcome}`))
+          )
+
+      /** Nobody listens on a client's connection: gone, unless its record is still there (its replica died, and a survivor has yet to adopt it). */
+      const unrecorded = (connectionId: string): Effect.Effect<ProbeOutcome> =>
+        proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
+          Effect.map(Option.match({ onNone: (): ProbeOutcome => "gone", onSome: ({ value }): ProbeOutcome => (value.extensionConn === conn.id ? "unknown" : "gone") })),
+          Effect.orElseSucceed((): ProbeOutcome => "unknown")
+        )
+
+      /** Whether the actor's scope already removes its entry from `probes`. */
+      let tracked = false
+      /** Enters the extension in the replica's `probes` once a client attaches; the actor's scope takes it out. */
+      const track = Effect.suspend(() => {
+        if (tracked) return Effect.void
+        tracked = true
+        probes.set(conn.id, recheck)
+        return Scope.addFinalizer(scope, Effect.sync(() => void probes.delete(conn.id)))
+      })
+      if (attached.size > 0) yield* track
+
       const receive = (message: Proxy.RouterPeer, reply: Peer.ReplyTo): Effect.Effect<void> | void => {
         switch (message._tag) {
           case "Attach": {
@@ -231,8 +270,12 @@ export const make = (replica: Replica) => {
             }
             attached.set(message.connectionId, { conn: Subjects.ConnId(message.clientConn) })
             const answered = reply(message).succeed({ name: ext.name, peerCount: attached.size })
-            return Effect.zipRight(answered, Effect.sync(announce))
+            return Effect.zipRight(answered, Effect.zipRight(track, Effect.sync(announce)))
           }
+          case "Probe":
+            // A client that asks may have missed our `ExtensionGone`, or we its `Detach`; either
+            // way only what this actor holds now counts.
+            return reply(message).succeed({ attached: ext !== undefined && attached.has(message.connectionId) })
           case "Detach":
             if (attached.delete(message.connectionId)) announce()
             return

@@ -39,7 +39,9 @@ export const make = Effect.gen(function*() {
     maxClientsPerUser: yield* RouterConfig.maxClientsPerUser,
     maxExtensionsPerUser: yield* RouterConfig.maxExtensionsPerUser,
     replicaHeartbeat: yield* RouterConfig.replicaHeartbeat,
-    shutdownGrace: yield* RouterConfig.shutdownGrace
+    shutdownGrace: yield* RouterConfig.shutdownGrace,
+    probeTimeout: yield* RouterConfig.probeTimeout,
+    probeConcurrency: yield* RouterConfig.probeConcurrency
   }
   /** Runs work that starts outside any Effect (bus callbacks, timers) until the router stops. */
   const runFork = yield* FiberSet.makeRuntime<never>()
@@ -49,6 +51,41 @@ export const make = Effect.gen(function*() {
   // in-band. Counted in memory, per replica: exact across replicas would cost a KV write per socket.
   const clientSeats = new ConnectionLimit(config.maxClientsPerUser)
   const extensionSeats = new ConnectionLimit(config.maxExtensionsPerUser)
+  /**
+   * How each proxy actor checks its peers, by its connection: an MCP client's actor attached to an
+   * extension asks the extension's actor whether it still knows it; an extension's actor with
+   * clients looks up their records. Peer messages to this replica's actors are lost while its
+   * NATS connection is down (core NATS keeps nothing for a subscriber that is away), an
+   * `ExtensionGone` or a `Detach` among them; so when the connection comes back, every one checks.
+   */
+  const probes = new Map<Subjects.ConnId, () => Effect.Effect<ProbeOutcome>>()
+  let sweeping = false
+  let again = false
+  // Bounded concurrency, not one burst: 10,000 sessions must not ask NATS and the extensions'
+  // replicas all at once, just as the connection came back.
+  const sweep = Effect.suspend(() => {
+    again = false
+    const started = Date.now()
+    const all = [...probes.values()]
+    const outcomes = { attached: 0, gone: 0, unknown: 0 }
+    return Effect.forEach(all, (probe) => Effect.map(probe(), (o) => void outcomes[o]++), { concurrency: config.probeConcurrency, discard: true }).pipe(
+      Effect.zipRight(Effect.suspend(() =>
+        all.length === 0 ? Effect.void : Effect.logInfo(
+          `router: NATS connection back; checked the peers of ${all.length} proxy actors in ${Date.now() - started} ms: ` +
+            `${outcomes.attached} still attached, ${outcomes.gone} gone, ${outcomes.unknown} unanswered`
+        )
+      ))
+    )
+  }).pipe(
+    // Lost again while checking: what was checked before may have missed messages since.
+    Effect.repeat({ while: () => again }),
+    Effect.ensuring(Effect.sync(() => void (sweeping = false)))
+  )
+  yield* bus.onReconnect(() => {
+    if (sweeping) return void (again = true)
+    sweeping = true
+    runFork(sweep)
+  })
   // A budget outlives its user's clients by at most a minute, so users who come and go leave none.
   yield* Effect.sync(() => {
     for (const user of userBudgets.keys()) if (clientSeats.count(user) === 0) userBudgets.delete(user)
@@ -72,6 +109,7 @@ export const make = Effect.gen(function*() {
     ...Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.sessions), Proxy.SessionRecord)),
     clientSeats,
     extensionSeats,
+    probes,
     userBudget: (user: string) => {
       let b = userBudgets.get(user)
       if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
@@ -92,3 +130,9 @@ export const make = Effect.gen(function*() {
 })
 
 export type Replica = Effect.Effect.Success<typeof make>
+
+/**
+ * What a session's check of its extension found: still attached, gone (the session ends as on
+ * `ExtensionGone`), or no answer in time (a slow NATS or a busy replica is no proof of anything).
+ */
+export type ProbeOutcome = "attached" | "gone" | "unknown"
