@@ -15,7 +15,7 @@ import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
 import { failure, notification, orWarn, relayed, result, status, warnIfFails } from "./Replies.ts"
-import { decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
+import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -274,9 +274,9 @@ export const make = (replica: Replica) => {
           if (s === undefined) return Effect.succeed<ProbeOutcome>("attached")
           probing = true
           const { connectionId, extConn } = s
-          return peers.ask(conn, extConn, new Proxy.Probe({ connectionId }), { timeout: config.probeTimeout }).pipe(
-            Effect.map(({ attached }): ProbeOutcome => (attached ? "attached" : "gone")),
-            Effect.catchAll((why) => (why._tag === "PeerUnavailable" && why.reason === "NoResponders" ? unlessListed(s.extensionId, extConn) : Effect.succeed<ProbeOutcome>("unknown"))),
+          // `user` is set before any session is.
+          const record = user === undefined ? Effect.fail("no user") : extensions.get(Subjects.Key.userExtension(user, s.extensionId))
+          return askAttached(conn, extConn, connectionId, config.probeTimeout, record, (ext) => ext.conn === extConn).pipe(
             Effect.tap((outcome) => {
               if (outcome === "gone") peers.tell(conn, conn.id, new Proxy.ExtensionGone({ connectionId, reason: GONE }))
               return Effect.logDebug(`router: probed extension conn ${extConn} for ${connectionId}: ${outcome}`)
@@ -284,18 +284,6 @@ export const make = (replica: Replica) => {
             Effect.ensuring(Effect.sync(() => void (probing = false)))
           )
         })
-
-      /**
-       * Nobody listens on the extension's connection: gone, unless its record still names that
-       * connection, when its replica died and a survivor has yet to adopt it (within 6 s).
-       */
-      const unlessListed = (extensionId: string, extConn: Subjects.ConnId): Effect.Effect<ProbeOutcome> => {
-        if (user === undefined) return Effect.succeed("unknown")
-        return extensions.get(Subjects.Key.userExtension(user, extensionId)).pipe(
-          Effect.map(Option.match({ onNone: (): ProbeOutcome => "gone", onSome: ({ value }): ProbeOutcome => (value.conn === extConn ? "unknown" : "gone") })),
-          Effect.orElseSucceed((): ProbeOutcome => "unknown")
-        )
-      }
 
       /**
        * A forwarded request timed out, perhaps because the extension's actor is gone: one probe for

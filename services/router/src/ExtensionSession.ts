@@ -13,7 +13,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { failure, notification, orWarn, refused, status, warnIfFails } from "./Replies.ts"
-import { decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
+import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -235,21 +235,12 @@ export const make = (replica: Replica) => {
        */
       const recheck = (): Effect.Effect<ProbeOutcome> =>
         Effect.forEach([...attached], ([connectionId, client]) =>
-          peers.ask(conn, client.conn, new Proxy.Probe({ connectionId }), { timeout: config.probeTimeout }).pipe(
-            Effect.map(({ attached }): ProbeOutcome => (attached ? "attached" : "gone")),
-            Effect.catchAll((why) => (why._tag === "PeerUnavailable" && why.reason === "NoResponders" ? unrecorded(connectionId) : Effect.succeed<ProbeOutcome>("unknown"))),
+          askAttached(conn, client.conn, connectionId, config.probeTimeout, proxies.get(Subjects.Key.proxyConnection(connectionId)), (p) => p.extensionConn === conn.id).pipe(
             Effect.tap((outcome) => (outcome === "gone" ? Effect.sync(() => peers.tell(conn, conn.id, new Proxy.Detach({ connectionId }))) : Effect.void))
           )).pipe(
             Effect.map((outcomes): ProbeOutcome => (outcomes.includes("gone") ? "gone" : outcomes.includes("unknown") ? "unknown" : "attached")),
             Effect.tap((outcome) => Effect.logDebug(`router: rechecked the clients of extension conn ${conn.id}: ${outcome}`))
           )
-
-      /** Nobody listens on a client's connection: gone, unless its record is still there (its replica died, and a survivor has yet to adopt it). */
-      const unrecorded = (connectionId: string): Effect.Effect<ProbeOutcome> =>
-        proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
-          Effect.map(Option.match({ onNone: (): ProbeOutcome => "gone", onSome: ({ value }): ProbeOutcome => (value.extensionConn === conn.id ? "unknown" : "gone") })),
-          Effect.orElseSucceed((): ProbeOutcome => "unknown")
-        )
 
       /** Whether the actor's scope already removes its entry from `probes`. */
       let tracked = false

@@ -136,3 +136,28 @@ export type Replica = Effect.Effect.Success<typeof make>
  * `ExtensionGone`), or no answer in time (a slow NATS or a busy replica is no proof of anything).
  */
 export type ProbeOutcome = "attached" | "gone" | "unknown"
+
+/**
+ * Asks `peer` whether proxy connection `connectionId` is still attached to it. Nobody listening on
+ * `peer` means gone, unless `record` (read only then) still names `peer`: its replica died and a
+ * survivor has yet to adopt it (within 6 s). No answer in time, or a failed read, proves nothing.
+ */
+export const askAttached = <A>(
+  from: Peer.Sender,
+  peer: Subjects.ConnId,
+  connectionId: string,
+  timeout: Duration.DurationInput,
+  record: Effect.Effect<Option.Option<{ readonly value: A }>, unknown>,
+  namesPeer: (value: A) => boolean
+): Effect.Effect<ProbeOutcome> =>
+  peers.ask(from, peer, new Proxy.Probe({ connectionId }), { timeout }).pipe(
+    Effect.map(({ attached }): ProbeOutcome => (attached ? "attached" : "gone")),
+    Effect.catchAll((why) =>
+      why._tag === "PeerUnavailable" && why.reason === "NoResponders"
+        ? record.pipe(
+          Effect.map(Option.match({ onNone: (): ProbeOutcome => "gone", onSome: ({ value }): ProbeOutcome => (namesPeer(value) ? "unknown" : "gone") })),
+          Effect.orElseSucceed((): ProbeOutcome => "unknown")
+        )
+        : Effect.succeed<ProbeOutcome>("unknown")
+    )
+  )
