@@ -15,6 +15,7 @@ import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
@@ -302,6 +303,9 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
       // but only once `reopen` is done, so that what is pushed meanwhile can only arrive by replay.
       let bAlive = true
       const reopen = yield* Deferred.make<void>()
+      // The SDK opens its GET stream on its own, after initialize: a change pushed before the
+      // session has the stream is kept only for a stream that resumes, so the test waits for it.
+      const streamOpen = yield* Deferred.make<void>()
       const gets: Array<{ readonly host: string; readonly lastEventId: string | null; readonly status: number }> = []
       const balance: typeof fetch = async (input, init) => {
         const target = new URL(input instanceof Request ? input.url : input.toString())
@@ -309,12 +313,16 @@ describe("/hub over Streamable HTTP across edges (NATS)", () => {
         if (get && !bAlive) await Effect.runPromise(Deferred.await(reopen))
         target.host = new URL(get && bAlive ? edgeB.url : a).host
         const res = await fetch(target, init)
-        if (get) gets.push({ host: target.host, lastEventId: new Headers(init?.headers).get("last-event-id"), status: res.status })
+        if (get) {
+          gets.push({ host: target.host, lastEventId: new Headers(init?.headers).get("last-event-id"), status: res.status })
+          Deferred.unsafeDone(streamOpen, Exit.void)
+        }
         return res
       }
       const { client, changes } = yield* httpHub(a, "alice", balance)
       // A change is news only against a list the session has: this one is empty.
       yield* toolsUntil(client, (n) => n.length === 0)
+      yield* Deferred.await(streamOpen).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the SDK opened no GET stream") }), Effect.orDie)
       yield* tab(ws, page("one", ["first"]), { user: "alice", tabId: 1, url: "https://one.example.com/" })
       // Only the GET stream carries list_changed: every POST here is answered with JSON.
       yield* Queue.take(changes).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no list_changed on the stream to B; GETs: ${JSON.stringify(gets)}`) }), Effect.orDie)
