@@ -22,6 +22,17 @@ export const checkHeartbeat = (heartbeat: Duration.Duration) =>
 /** A request on a replica's inbox with no body asks whether that replica still runs. */
 export const isPing = (m: BusMessage) => m.data.length === 0
 
+/**
+ * Whether `replica` of `service` still runs: its actor host answers a ping on its inbox. A replica
+ * whose key lapsed may still run (its heartbeat writes failed through a NATS leader election), and
+ * what it holds must not be taken from it then.
+ */
+export const answers = (bus: BusShape, service: Subjects.ServiceName, replica: string) =>
+  bus.request(Subjects.replicaInbox(service, replica), "", { timeout: "1 second" }).pipe(
+    Effect.as(true),
+    Effect.orElseSucceed(() => false)
+  )
+
 /** What an edge's loss does to one of its connections: its mailbox gets `edge-lost`. */
 export interface EdgeLossTarget {
   readonly offer: (m: "edge-lost") => void
@@ -89,17 +100,6 @@ export const start = <A extends EdgeLossTarget>(options: LivenessOptions<A>): Ef
         Effect.catchTag("KvConflict", () => Effect.void)
       )
 
-    /**
-     * A replica whose key lapsed may still run: its heartbeat writes failed for a while (a NATS
-     * leader election) and it goes on serving. Adopting its connections then would give each two
-     * actors in one queue group, splitting its frames between them. It is asked first, over the bus.
-     */
-    const answers = (other: string) =>
-      bus.request(Subjects.replicaInbox(service, other), "", { timeout: "1 second" }).pipe(
-        Effect.as(true),
-        Effect.orElseSucceed(() => false)
-      )
-
     /** Replicas alive at the last sweep; a full scan happens at start and when one of them lapses. */
     let lastAlive: ReadonlySet<string> | undefined
     /** Replicas that lapsed but answered: looked at again next sweep, in case they are gone by then. */
@@ -119,8 +119,9 @@ export const start = <A extends EdgeLossTarget>(options: LivenessOptions<A>): Ef
         if (Option.isNone(found) || found.value.value.service !== service) continue
         const holder = found.value.value.replica
         if (alive.has(Subjects.Key.replica(service, holder))) continue
+        // Adopting the connections of a replica that still runs would give each two actors in one queue group.
         if (holder !== replica) {
-          if (!answered.has(holder)) answered.set(holder, yield* answers(holder))
+          if (!answered.has(holder)) answered.set(holder, yield* answers(bus, service, holder))
           if (answered.get(holder) === true) continue
         }
         orphans.push(connId)

@@ -7,7 +7,7 @@
  * reach it on the topic's subject. A sequencer that takes over replays the history from the last
  * sequence its predecessor recorded, so an envelope stored while nobody sequenced is not lost.
  */
-import { Actors, Bus, Journal, Kv, Peer, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, Journal, Kv, Liveness, Peer, RateBudget, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Json, JsonRpc, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import { SpanKind } from "@opentelemetry/api"
@@ -370,13 +370,6 @@ export const make = Effect.gen(function*() {
     )
   }
 
-  /** Whether a broker replica still runs: its actor host answers an empty request on its inbox. */
-  const answers = (other: string) =>
-    bus.request(Subjects.replicaInbox("broker", other), "", { timeout: "1 second" }).pipe(
-      Effect.as(true),
-      Effect.orElseSucceed(() => false)
-    )
-
   const setUp = (topic: string) =>
     Effect.gen(function*() {
       const subscription = yield* Scope.fork(scope, ExecutionStrategy.sequential)
@@ -408,7 +401,7 @@ export const make = Effect.gen(function*() {
         // A holder whose key lapsed (its heartbeat writes failed through a NATS election) may still
         // sequence: it is asked before the topic is taken from it, or the topic would have two.
         const alive = Option.isSome(holder)
-          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value))) || (yield* answers(holder.value))
+          ? Option.isSome(yield* replicas.get(Subjects.Key.replica("broker", holder.value))) || (yield* Liveness.answers(bus, "broker", holder.value))
           : false
         // Someone else sequences it, unless that replica is gone: then this one takes over, with
         // the members its predecessor had welcomed.
