@@ -8,8 +8,10 @@ import * as Data from "effect/Data"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import type * as Stream from "effect/Stream"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import type { BusError } from "./Bus.ts"
 
 export interface KvEntry {
@@ -53,6 +55,13 @@ export interface KvBucketShape {
   readonly delete: (key: string) => Effect.Effect<void, BusError>
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
   readonly watch: (options?: WatchOptions) => Stream.Stream<KvEntry, BusError>
+  /**
+   * Hands `apply` the latest value of every key that matches `filter`, then every change, until
+   * the scope closes, and returns once the values there were are applied. It never fails: a watch
+   * that NATS loses is made again, and replays each key's latest value. `apply` is called outside
+   * any fiber, in order, and must not throw.
+   */
+  readonly follow: (filter: string, apply: (entry: KvEntry) => void) => Effect.Effect<void, never, Scope.Scope>
 }
 
 export interface KvShape {
@@ -73,6 +82,27 @@ export interface TypedBucket<A> {
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
   readonly values: (filter?: string) => Effect.Effect<ReadonlyArray<{ readonly key: string; readonly value: A }>, BusError>
 }
+
+/**
+ * `follow` through `watch`, for a bucket whose watch can fail (NATS): the watch, made again after
+ * a failure, and the keys read once, since a watch does not mark where its replay ends. A key read
+ * that fails only makes the values there were arrive with the watch's replay instead.
+ */
+export const followByWatch = (bucket: Pick<KvBucketShape, "name" | "watch" | "keys" | "get">): KvBucketShape["follow"] => (filter, apply) =>
+  Effect.gen(function*() {
+    yield* bucket.watch({ key: filter, initial: true }).pipe(
+      Stream.runForEach((e) => Effect.sync(() => apply(e))),
+      // A watch fails when NATS cannot answer for a while (a node died, a leader is elected).
+      Effect.tapError((e) => Effect.logWarning(`lost the watch of ${filter} in ${bucket.name}; watching again`, e)),
+      Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+      Effect.catchAllCause((cause) => Effect.logError(`stopped following ${filter} in ${bucket.name}`, cause)),
+      Effect.forkScoped
+    )
+    for (const key of yield* bucket.keys(filter)) {
+      const entry = yield* bucket.get(key)
+      if (Option.isSome(entry)) apply(entry.value)
+    }
+  }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`could not read ${filter} in ${bucket.name}; its values arrive with the watch`, cause)))
 
 const decoder = new TextDecoder()
 

@@ -41,7 +41,8 @@ export const metered = (kv: KvShape, registry: Registry): KvShape => {
     delete: (key) => timed("delete", b.delete(key)),
     keys: (filter) => timed("keys", b.keys(filter)),
     // A watch is a stream that lasts as long as its reader: it has no latency to report.
-    watch: b.watch
+    watch: b.watch,
+    follow: b.follow
   })
   return { bucket: (spec) => Effect.map(timed("open", kv.bucket(spec)), bucket) }
 }

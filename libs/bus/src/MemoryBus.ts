@@ -263,9 +263,14 @@ class HeldEntry implements KvEntry {
   }
 }
 
+interface Watcher {
+  readonly filter: string
+  readonly emit: (entry: KvEntry) => void
+}
+
 const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBucketShape => {
   const entries = new Map<string, Stored>()
-  const watchers = new Set<{ readonly filter: string; readonly emit: (entry: KvEntry) => void }>()
+  const watchers = new Set<Watcher>()
   let revision = 0
   const ttlMillis = Option.map(ttl, Duration.toMillis)
 
@@ -289,6 +294,15 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
     const entry = new HeldEntry(key, held, revision, operation)
     for (const w of watchers) if (subjectMatches(w.filter, key)) w.emit(entry)
     return revision
+  }
+
+  const current = (filter: string) => {
+    const found: Array<KvEntry> = []
+    for (const key of entries.keys()) {
+      const e = live(key)
+      if (e && subjectMatches(filter, key)) found.push(new HeldEntry(key, e.held, e.revision, "PUT"))
+    }
+    return found
   }
 
   return {
@@ -321,21 +335,26 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
         Effect.acquireRelease(
           Effect.sync(() => {
             const filter = options?.key ?? ">"
-            if (options?.initial) {
-              const initial: Array<KvEntry> = []
-              for (const key of entries.keys()) {
-                const e = live(key)
-                if (e && subjectMatches(filter, key)) initial.push(new HeldEntry(key, e.held, e.revision, "PUT"))
-              }
-              void emit.chunk(Chunk.unsafeFromArray(initial))
-            }
+            if (options?.initial) void emit.chunk(Chunk.unsafeFromArray(current(filter)))
             const w = { filter, emit: (entry: KvEntry) => void emit.single(entry) }
             watchers.add(w)
             return w
           }),
           (w) => Effect.sync(() => watchers.delete(w))
         )
-      )
+      ),
+    // No stream and no fiber: a watcher in the set, called by the write itself. A follower per
+    // user (the registry's views) with a watch stream and a fiber each cost about 85 KB (issue 16).
+    follow: (filter, apply) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          for (const entry of current(filter)) apply(entry)
+          const w: Watcher = { filter, emit: apply }
+          watchers.add(w)
+          return w
+        }),
+        (w) => Effect.sync(() => watchers.delete(w))
+      ).pipe(Effect.asVoid)
   }
 }
 

@@ -54,7 +54,7 @@ import { appender } from "./JournalAppender.ts"
 import { corker, FrozenHeaders, installPooledEncoder, rawHeaderBlock, watchConsumer } from "./internal/NatsShims.ts"
 import { acquireReleaseSync } from "./ActorResource.ts"
 import * as KvMetrics from "./KvMetrics.ts"
-import { Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
+import { followByWatch, Kv, KvConflict, type KvBucketShape, type KvEntry, type KvShape } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
 export interface NatsOptions {
@@ -425,7 +425,7 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
       try: op,
       catch: (e): KvConflict | BusError => (isConflict(e) ? new KvConflict({ key, reason }) : kvError(`${what} ${key}`)(e))
     })
-  return {
+  const shape: Omit<KvBucketShape, "follow"> = {
     name,
     get: (key) =>
       Effect.tryPromise({ try: () => kv.get(key), catch: kvError(`get ${key}`) }).pipe(
@@ -502,6 +502,7 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
         )
       )
   }
+  return { ...shape, follow: followByWatch(shape) }
 }
 
 /**

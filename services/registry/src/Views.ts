@@ -1,6 +1,6 @@
 /**
  * Each replica's live picture of the users its `/hub` sessions serve: the user's tab and cached-tool
- * records, followed through KV watches, and the aggregate built from them. One watch pair per user
+ * records, followed in KV (`follow`), and the aggregate built from them. One follower pair per user
  * per replica, shared by all that user's sessions here and dropped with the last of them.
  */
 import { Kv, Subjects } from "@switchboard/bus"
@@ -9,9 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as RcMap from "effect/RcMap"
 import * as Schema from "effect/Schema"
-import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import * as Stream from "effect/Stream"
 import * as Naming from "./Naming.ts"
 
 const decoder = new TextDecoder()
@@ -122,32 +120,6 @@ export const make = Effect.gen(function*() {
   const tabs = yield* kv.bucket(Subjects.Bucket.tabs)
   const cached = yield* kv.bucket(Subjects.Bucket.cachedTools)
 
-  const follow = (view: UserView, bucket: Kv.KvBucketShape, apply: (e: Kv.KvEntry) => void) =>
-    Effect.gen(function*() {
-      const filter = Subjects.Key.userTools(view.user)
-      // The watch replays every key's latest entry, then follows; reading the keys as well tells
-      // when the view has caught up, since the replay's end is not marked.
-      yield* followStream(bucket.watch({ key: filter, initial: true }), apply)
-      for (const key of yield* bucket.keys(filter)) {
-        const entry = yield* bucket.get(key)
-        if (Option.isSome(entry)) apply(entry.value)
-      }
-    }).pipe(
-      // The watch, once started, still fills the view in; a failed read only makes it start late.
-      Effect.catchAllCause((cause) => Effect.logWarning(`could not read ${view.user}'s records in ${bucket.name}; the view fills in as they change`, cause))
-    )
-
-  const followStream = (stream: Stream.Stream<Kv.KvEntry, unknown>, apply: (e: Kv.KvEntry) => void) =>
-    stream.pipe(
-      Stream.runForEach((e) => Effect.sync(() => apply(e))),
-      // A watch fails when NATS cannot answer for a while (a node died, a leader is elected): watch
-      // again, which replays each key's latest entry, rather than leave the view frozen for good.
-      Effect.tapError((e) => Effect.logWarning("a registry view lost its KV watch; watching again", e)),
-      Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
-      Effect.catchAllCause((cause) => Effect.logError("a registry view stopped following KV", cause)),
-      Effect.forkScoped
-    )
-
   // One view per user, shared by that user's sessions on this replica; its watches live in the
   // entry's scope, which closes when the last session lets go. The lookup returns once the
   // initial records are read, and sessions that ask meanwhile wait for that same lookup.
@@ -155,7 +127,8 @@ export const make = Effect.gen(function*() {
     lookup: (user: string) =>
       Effect.gen(function*() {
         const view = new UserView(user)
-        yield* Effect.all([follow(view, tabs, (e) => view.applyTab(e)), follow(view, cached, (e) => view.applyCached(e))])
+        const filter = Subjects.Key.userTools(user)
+        yield* Effect.all([tabs.follow(filter, (e) => view.applyTab(e)), cached.follow(filter, (e) => view.applyCached(e))])
         view.rebuild()
         return view
       })

@@ -37,16 +37,22 @@ const putTab = (tab: Registry.TabRecord) =>
 
 const toolNames = (view: Views.View) => view.aggregate().tools.map((t) => t.tool.name).sort()
 
-/** KV whose `keys` fails the next `outage.keys` times, as it times out while NATS elects a leader. */
+/**
+ * KV whose `keys` fails the next `outage.keys` times, as it times out while NATS elects a leader,
+ * and which follows as the NATS adapter does: through its watch and its keys.
+ */
 const flakyKeys = (outage: { keys: number }) =>
   Layer.effect(
     Kv.Kv,
     Effect.map(Kv.Kv, (kv) => ({
       bucket: (spec) =>
-        Effect.map(kv.bucket(spec), (bucket) => ({
-          ...bucket,
-          keys: (filter) => outage.keys-- > 0 ? Effect.fail(new Bus.BusError({ reason: "Kv", message: "timed out" })) : bucket.keys(filter)
-        }))
+        Effect.map(kv.bucket(spec), (bucket) => {
+          const flaky = {
+            ...bucket,
+            keys: (filter?: string) => outage.keys-- > 0 ? Effect.fail(new Bus.BusError({ reason: "Kv", message: "timed out" })) : bucket.keys(filter)
+          }
+          return { ...flaky, follow: Kv.followByWatch(flaky) }
+        })
     }))
   )
 
