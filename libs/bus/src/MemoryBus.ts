@@ -343,8 +343,9 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
           (w) => Effect.sync(() => watchers.delete(w))
         )
       ),
-    // No stream and no fiber: a watcher in the set, called by the write itself. A follower per
-    // user (the registry's views) with a watch stream and a fiber each cost about 85 KB (issue 16).
+    // No stream and no fiber: a watcher in the set, called by the write itself. The registry
+    // follows two buckets per user; as watch streams read by fibers they cost about 85 KB a user
+    // (issue 16).
     follow: (filter, apply) =>
       Effect.acquireRelease(
         Effect.sync(() => {
