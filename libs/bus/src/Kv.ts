@@ -53,6 +53,12 @@ export interface KvBucketShape {
   readonly create: (key: string, value: Uint8Array | string) => Effect.Effect<number, KvConflict | BusError>
   readonly update: (key: string, value: Uint8Array | string, revision: number) => Effect.Effect<number, KvConflict | BusError>
   readonly delete: (key: string) => Effect.Effect<void, BusError>
+  /**
+   * Deletes the key only while `revision` is its latest: compare-and-delete, as `update` is
+   * compare-and-set. A record read and then deleted by its owner, once it ends, must not take with
+   * it a newer one that another wrote meanwhile.
+   */
+  readonly compareAndDelete: (key: string, revision: number) => Effect.Effect<void, KvConflict | BusError>
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
   readonly watch: (options?: WatchOptions) => Stream.Stream<KvEntry, BusError>
   /**
@@ -79,6 +85,12 @@ export interface TypedBucket<A> {
   readonly create: (key: string, value: A) => Effect.Effect<number, KvConflict | BusError>
   readonly update: (key: string, value: A, revision: number) => Effect.Effect<number, KvConflict | BusError>
   readonly delete: (key: string) => Effect.Effect<void, BusError>
+  readonly compareAndDelete: (key: string, revision: number) => Effect.Effect<void, KvConflict | BusError>
+  /**
+   * Deletes the key's record if `owns` says it is still the caller's, and only the revision it
+   * read: a newer record written meanwhile (a reconnected socket's) stays. True when it deleted.
+   */
+  readonly deleteOwned: (key: string, owns: (value: A) => boolean) => Effect.Effect<boolean, BusError>
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
   readonly values: (filter?: string) => Effect.Effect<ReadonlyArray<{ readonly key: string; readonly value: A }>, BusError>
 }
@@ -122,6 +134,12 @@ export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>):
     create: (key, value) => bucket.create(key, encode(value)),
     update: (key, value, revision) => bucket.update(key, encode(value), revision),
     delete: bucket.delete,
+    compareAndDelete: bucket.compareAndDelete,
+    deleteOwned: (key, owns) =>
+      Effect.flatMap(get(key), (found) =>
+        Option.isSome(found) && owns(found.value.value)
+          ? bucket.compareAndDelete(key, found.value.revision).pipe(Effect.as(true), Effect.catchTag("KvConflict", () => Effect.succeed(false)))
+          : Effect.succeed(false)),
     keys: bucket.keys,
     // Documents that no longer decode (an older shape) are skipped rather than failing the read.
     values: (filter) =>

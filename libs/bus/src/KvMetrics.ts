@@ -39,6 +39,7 @@ export const metered = (kv: KvShape, registry: Registry): KvShape => {
     create: (key, value) => timed("create", b.create(key, value)),
     update: (key, value, revision) => timed("update", b.update(key, value, revision)),
     delete: (key) => timed("delete", b.delete(key)),
+    compareAndDelete: (key, revision) => timed("delete", b.compareAndDelete(key, revision)),
     keys: (filter) => timed("keys", b.keys(filter)),
     // A watch is a stream that lasts as long as its reader: it has no latency to report.
     watch: b.watch,

@@ -328,6 +328,12 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
       Effect.sync(() => {
         if (entries.has(key)) write(key, "", "DEL")
       }),
+    compareAndDelete: (key, expected) =>
+      Effect.suspend(() => {
+        if (live(key)?.revision !== expected) return Effect.fail(new KvConflict({ key, reason: "WrongRevision" }))
+        write(key, "", "DEL")
+        return Effect.void
+      }),
     keys: (filter) =>
       Effect.sync(() => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter ?? ">", k))),
     watch: (options) =>

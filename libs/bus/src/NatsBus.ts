@@ -420,7 +420,7 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
     )
     return keys.filter((k) => k !== undefined)
   }
-  const claim = (what: string, key: string, reason: KvConflict["reason"], op: () => Promise<number>) =>
+  const claim = <A>(what: string, key: string, reason: KvConflict["reason"], op: () => Promise<A>) =>
     Effect.tryPromise({
       try: op,
       catch: (e): KvConflict | BusError => (isConflict(e) ? new KvConflict({ key, reason }) : kvError(`${what} ${key}`)(e))
@@ -437,6 +437,7 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
     create: (key, value) => write(claim("create", key, "Exists", () => kv.create(key, value))),
     update: (key, value, revision) => write(claim("update", key, "WrongRevision", () => kv.update(key, value, revision))),
     delete: (key) => idempotentWrite(Effect.tryPromise({ try: () => kv.delete(key), catch: kvError(`delete ${key}`) })),
+    compareAndDelete: (key, revision) => write(claim("delete", key, "WrongRevision", () => kv.delete(key, { previousSeq: revision }))),
     keys: (filter) =>
       Effect.tryPromise({
         try: async (signal) => {

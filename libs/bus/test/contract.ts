@@ -244,6 +244,21 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
           })
         ))
 
+      it.scoped("compareAndDelete deletes the revision it names, and not one written since", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket({ name: "owned" })
+            // An owner read its record; another wrote a newer one before the owner let go.
+            const mine = yield* kv.put("ext.alice.1", "conn-old")
+            const theirs = yield* kv.put("ext.alice.1", "conn-new")
+            const stale = yield* Effect.either(kv.compareAndDelete("ext.alice.1", mine))
+            expect(Either.isLeft(stale) && stale.left._tag === "KvConflict" && stale.left.reason).toBe("WrongRevision")
+            expect(Option.map(yield* kv.get("ext.alice.1"), (e) => new TextDecoder().decode(e.value))).toEqual(Option.some("conn-new"))
+            yield* kv.compareAndDelete("ext.alice.1", theirs)
+            expect(Option.isNone(yield* kv.get("ext.alice.1"))).toBe(true)
+          })
+        ))
+
       it.scoped("lists keys by subject-style filter", () =>
         withBus(
           Effect.gen(function*() {
