@@ -318,7 +318,12 @@ export const make = Effect.gen(function*() {
       // Taken over by a replica that thought this one gone: it is not ours to give up.
       if (Option.isNone(current) || decoder.decode(current.value.value) !== replica) return yield* letGo(topic)
       yield* recordDelivered(topic)
-      yield* claims.delete(key)
+      // Only the claim that was read: one taken over meanwhile is the other replica's now.
+      const takenOver = yield* claims.compareAndDelete(key, current.value.revision).pipe(
+        Effect.as(false),
+        Effect.catchTag("KvConflict", () => Effect.succeed(true))
+      )
+      if (takenOver) return yield* letGo(topic)
       topic.phase = "releasing"
       topic.released = Deferred.unsafeMake<void>(FiberId.none)
       // Someone joined while the claim was being given up.
@@ -785,8 +790,8 @@ export const make = Effect.gen(function*() {
       const onClosed = () =>
         Effect.gen(function*() {
           toTopic(topic, new Mcpx.TopicLeave({ participant: id, conn: conn.id }))
-          const current = yield* members.get(Subjects.Key.member(topic, id))
-          if (Option.isSome(current) && current.value.value.conn === conn.id) yield* members.delete(Subjects.Key.member(topic, id))
+          // The same participant back on a newer socket may own the record already, or write it meanwhile.
+          yield* members.deleteOwned(Subjects.Key.member(topic, id), (member) => member.conn === conn.id)
         }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not forget ${id}'s membership of topic ${topic}`, e)))
 
       /** An admin changed this participant's privilege (the KV record is already updated). */

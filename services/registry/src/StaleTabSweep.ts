@@ -18,7 +18,8 @@ export const sweep = (replica: Replica.Replica) =>
     for (const { key, value } of yield* tabs.values()) {
       if (Date.now() - value.updatedAt < staleMillis) continue
       if (Option.isSome(yield* connections.get(value.conn))) continue
-      yield* tabs.delete(key)
+      // Not a record the tab wrote again since it was read.
+      if (!(yield* tabs.deleteOwned(key, (now) => now.conn === value.conn && now.updatedAt === value.updatedAt))) continue
       pruned++
       yield* Effect.logInfo(`pruned the stale entry of tab ${value.tabId} of ${value.domain}`)
     }

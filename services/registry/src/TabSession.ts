@@ -231,9 +231,8 @@ class Tab implements Actors.Actor {
       const { forget, tabs } = this.replica
       yield* forget(this.conn)
       if (this.tab === undefined) return
-      const current = yield* tabs.get(this.key)
-      // A newer socket of the same tab may own the entry already.
-      if (Option.isSome(current) && current.value.value.conn === this.conn.id) yield* tabs.delete(this.key)
+      // A newer socket of the same tab may own the entry already, or write it while this one lets go.
+      yield* tabs.deleteOwned(this.key, (record) => record.conn === this.conn.id)
     }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not remove closed tab ${this.conn.id}; it is pruned once stale`, e)))
   }
 }

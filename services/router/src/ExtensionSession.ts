@@ -299,10 +299,9 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer> {
       yield* replica.forget(conn)
       const ext = this.ext
       if (ext === undefined) return
-      const key = Subjects.Key.userExtension(ext.user, ext.id)
-      const current = yield* replica.extensions.get(key)
-      // A newer socket of the same browser may already own the record.
-      if (Option.isSome(current) && current.value.value.conn === conn.id) yield* replica.extensions.delete(key)
+      // A newer socket of the same browser may own the record already, or write it while this one
+      // lets go (a chaos run lost the record so, and with it every connect for minutes).
+      yield* replica.extensions.deleteOwned(Subjects.Key.userExtension(ext.user, ext.id), (record) => record.conn === conn.id)
     }).pipe(warnIfFails("could not remove a closed extension's record; it stays listed until it is replaced"))
   }
 

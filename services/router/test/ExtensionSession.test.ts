@@ -3,6 +3,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Kv, Subjects } from "@switchboard/bus"
 import { Proxy } from "@switchboard/protocol"
 import * as ActorClient from "@switchboard/testing/ActorClient"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { extension, next, token, withRouter } from "./Harness.ts"
@@ -50,6 +51,38 @@ describe("the extension session", () => {
       expect(yield* first.client.closedByService).toEqual({ code: 1000, reason: "replaced by a newer connection" })
       expect(Option.map(yield* extensionRecord("alice", first.id), (r) => r.conn)).toEqual(Option.some(second.conn))
     })))
+
+  // A chaos run (an edge SIGKILLed under load): the old socket's actor read its record, the
+  // browser's new socket wrote its own, and the old actor's delete then took that one, so every
+  // `connect` to the extension answered not found for minutes.
+  it.live("a closing socket leaves the record that the same browser's newer socket wrote while it let go", () =>
+    Effect.gen(function*() {
+      const deleting = yield* Deferred.make<void>()
+      const gate = yield* Deferred.make<void>()
+      // Deletes of extension records wait for the gate, once they have read what they delete.
+      const held = (kv: Kv.KvShape): Kv.KvShape => ({
+        bucket: (spec) =>
+          Effect.map(kv.bucket(spec), (bucket) => {
+            if (spec.name !== Subjects.Bucket.extensions.name) return bucket
+            const hold = <A, E>(effect: Effect.Effect<A, E>) => Effect.zipRight(Effect.zipRight(Deferred.succeed(deleting, undefined), Deferred.await(gate)), effect)
+            return { ...bucket, delete: (key) => hold(bucket.delete(key)), compareAndDelete: (key, revision) => hold(bucket.compareAndDelete(key, revision)) }
+          })
+      })
+      yield* withRouter(
+        Effect.gen(function*() {
+          const first = yield* extension("alice", { clientId: "browser-1" })
+          yield* first.client.close(1006, "")
+          yield* Deferred.await(deleting)
+          const second = yield* extension("alice", { clientId: "browser-1" })
+          expect(second.id).toBe(first.id)
+          yield* Deferred.succeed(gate, undefined)
+          yield* first.client.ended
+          expect(Option.map(yield* extensionRecord("alice", first.id), (r) => r.conn)).toEqual(Option.some(second.client.conn))
+        }),
+        {},
+        held
+      )
+    }))
 
   it.live("closes with 1008 when the extension refuses authenticate, or its token does not verify", () =>
     withRouter(Effect.gen(function*() {

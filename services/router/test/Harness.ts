@@ -4,7 +4,7 @@
  * actor at a time.
  */
 import { AuthClient, AuthService, Tokens } from "@switchboard/auth"
-import { type Bus, type Kv, MemoryBus } from "@switchboard/bus"
+import { type Bus, Kv, MemoryBus } from "@switchboard/bus"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ActorClient from "@switchboard/testing/ActorClient"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -17,13 +17,17 @@ import * as Router from "../src/Router.ts"
 
 const SECRET = "router-unit-secret-that-is-long-enough-for-hs256"
 
-/** The router's layer and what it needs, settings given as a deployment gives them. */
-export const router = (env: Readonly<Record<string, string>> = {}) =>
+/**
+ * The router's layer and what it needs, settings given as a deployment gives them. `kv` wraps the
+ * embedded KV, for a test that holds an operation back to order it against another.
+ */
+export const router = (env: Readonly<Record<string, string>> = {}, kv: (kv: Kv.KvShape) => Kv.KvShape = (kv) => kv) =>
   Router.layer.pipe(
     Layer.provideMerge(AuthClient.layer),
     Layer.provideMerge(AuthService.layer),
     Layer.provideMerge(Tokens.layer),
     Layer.provideMerge(Telemetry.disabled),
+    Layer.provideMerge(Layer.effect(Kv.Kv, Effect.map(Kv.Kv, kv))),
     Layer.provideMerge(MemoryBus.layer),
     // A replica with no other to hand its sessions to gives up on that quickly.
     Layer.provide(
@@ -38,8 +42,11 @@ export const router = (env: Readonly<Record<string, string>> = {}) =>
  * Runs a test body against a fresh router: the body's scope (its clients) closes first, while the
  * bus is still up, so each client's actor ends before the replica stops.
  */
-export const withRouter = <A, E>(body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Tokens.Tokens | Scope.Scope>, env: Readonly<Record<string, string>> = {}) =>
-  Effect.scoped(body).pipe(Effect.provide(router(env)))
+export const withRouter = <A, E>(
+  body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Tokens.Tokens | Scope.Scope>,
+  env: Readonly<Record<string, string>> = {},
+  kv?: (kv: Kv.KvShape) => Kv.KvShape
+) => Effect.scoped(body).pipe(Effect.provide(router(env, kv)))
 
 /** A token for `sub`, signed with the router's secret. */
 export const token = (sub: string) => Effect.flatMap(Tokens.Tokens, (t) => Effect.orDie(t.issue({ sub })))
