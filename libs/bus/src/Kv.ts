@@ -85,7 +85,6 @@ export interface TypedBucket<A> {
   readonly create: (key: string, value: A) => Effect.Effect<number, KvConflict | BusError>
   readonly update: (key: string, value: A, revision: number) => Effect.Effect<number, KvConflict | BusError>
   readonly delete: (key: string) => Effect.Effect<void, BusError>
-  readonly compareAndDelete: (key: string, revision: number) => Effect.Effect<void, KvConflict | BusError>
   /**
    * Deletes the key's record if `owns` says it is still the caller's, and only the revision it
    * read: a newer record written meanwhile (a reconnected socket's) stays. True when it deleted.
@@ -134,7 +133,6 @@ export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>):
     create: (key, value) => bucket.create(key, encode(value)),
     update: (key, value, revision) => bucket.update(key, encode(value), revision),
     delete: bucket.delete,
-    compareAndDelete: bucket.compareAndDelete,
     deleteOwned: (key, owns) =>
       Effect.flatMap(get(key), (found) =>
         Option.isSome(found) && owns(found.value.value)
