@@ -158,8 +158,8 @@ describe("router hand-off with an actor whose socket is gone", () => {
       // As when the edge gave up on an open (5 s) that the service answered later: an actor for a
       // socket the edge does not know, whose close will never come.
       const ghost = Subjects.ConnId("ghost-socket")
-      const opened = yield* Actors.requestOpen(bus, "router", ghost, Subjects.EdgeId(real.value.edge), real.value.open, "5 seconds").pipe(Effect.orDie)
-      expect(opened.ok).toBe(true)
+      // Fails the test unless the router took it.
+      yield* Actors.requestOpen(bus, "router", ghost, Subjects.EdgeId(real.value.edge), real.value.open, "5 seconds").pipe(Effect.orDie)
       yield* replica(Router.layer, servers, ns, env)
 
       const startedAt = performance.now()

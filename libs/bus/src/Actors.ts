@@ -8,7 +8,7 @@
  * the edges (`EdgeLink.ts`), liveness (`Liveness.ts`: heartbeat, adoption, edge loss), what KV
  * keeps of a connection (`SessionStore.ts`) and the hand-off (`Handoff.ts`).
  */
-import { Edge, type Handoff as HandoffProtocol } from "@switchboard/protocol"
+import { Edge, Host } from "@switchboard/protocol"
 import * as Instruments from "@switchboard/telemetry/Instruments"
 import { Metrics } from "@switchboard/telemetry/Metrics"
 import * as Duration from "effect/Duration"
@@ -20,8 +20,8 @@ import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type Subscription, text } from "./Bus.ts"
-import { closeSocket, decodeOpen, encodeOpenReply, endActor, type Frame, IncomingFrame, socket } from "./EdgeLink.ts"
+import { Bus, type BusMessage, type Subscription } from "./Bus.ts"
+import { closeSocket, endActor, type Frame, IncomingFrame, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Liveness from "./Liveness.ts"
@@ -30,7 +30,7 @@ import type * as Peer from "./Peer.ts"
 import { ConnectionRecord, ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
 
-export { edgeLink, type Frame, type HttpExchange, requestOpen, type Socket } from "./EdgeLink.ts"
+export { edgeLink, type Frame, type HttpExchange, opens, requestOpen, type Socket } from "./EdgeLink.ts"
 export { ConnectionRecord, sessionStore } from "./SessionStore.ts"
 
 export interface Connection extends Peer.Sender {
@@ -286,7 +286,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       edgeId: Subjects.EdgeId,
       event: Edge.OpenEvent,
       restored: boolean,
-      answer: (reply: Edge.OpenReply) => Effect.Effect<void>,
+      /** `undefined` when the actor took the connection. */
+      answer: (refused: Host.OpenRefused | undefined) => Effect.Effect<void>,
       adoption?: Adoption
     ) => {
       const mailbox = new Mailbox<R>(runFork)
@@ -314,8 +315,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
             : Option.some(new Refuse(Edge.CloseCode.InternalError, "another replica owns the connection"))
           yield* answer(
             Option.match(refusal, {
-              onNone: () => ({ ok: false, code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
-              onSome: (r) => ({ ok: false, code: r.code, reason: r.reason })
+              onNone: () => new Host.OpenRefused({ code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
+              onSome: (r) => new Host.OpenRefused({ code: r.code, reason: r.reason })
             })
           )
           yield* Scope.close(scope, Exit.void)
@@ -334,7 +335,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
         if (forwarded !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
         ready()
-        yield* answer({ ok: true })
+        yield* answer(undefined)
         if (forwarded !== undefined) {
           const messages = yield* Deferred.await(forwarded).pipe(
             Effect.timeout(grace),
@@ -366,26 +367,17 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     // when this replica stops, so that its own hand-off requests go to the others.
     const intake = yield* Effect.acquireRelease(Scope.make(), (s) => Scope.close(s, Exit.void))
     const opens = yield* Scope.extend(
-      bus.subscribe(
+      openRequests.serve(
         Subjects.open(options.service),
-        (m) => {
-          const connId = m.header(Subjects.Header.conn)
-          const edgeId = m.header(Subjects.Header.edge)
-          const event = decodeOpen(text(m))
-          if (connId === undefined || edgeId === undefined || event._tag === "Left") {
-            runFork(Effect.logWarning(`ignoring a malformed open event on ${m.subject}`))
-            return
-          }
-          const id = Subjects.ConnId(connId)
-          const edge = Subjects.EdgeId(edgeId)
+        (request, replyTo) => {
+          const reply = replyTo(request)
+          const id = Subjects.ConnId(request.conn)
+          const edge = Subjects.EdgeId(request.edge)
           // Ownership is recorded before the edge hears "ok", so a replica that dies right after
           // still leaves a record to adopt.
           runFork(
-            run(id, edge, event.right, false, (reply) =>
-              Effect.zipRight(
-                reply.ok ? record(id, edge, event.right) : Effect.void,
-                bus.respond(m, encodeOpenReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer an open request", e)))
-              ))
+            run(id, edge, request.event, false, (refused) =>
+              refused === undefined ? Effect.zipRight(record(id, edge, request.event), reply.succeed(undefined)) : reply.fail(refused))
           )
         },
         { queue }
@@ -396,24 +388,18 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     // --- hand-off: adopting a stopping replica's connections, and handing ours over ---------
 
     const adoptions = yield* Scope.extend(
-      bus.subscribe(
+      Handoff.adoptions.serve(
         Subjects.handoff(options.service),
-        (m) => {
-          const request = Handoff.decodeAdopt(text(m))
-          if (request._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed hand-off request"))
-          const { conn, edge, from, open, state } = request.right
-          const id = Subjects.ConnId(conn)
-          const respond = (reply: HandoffProtocol.AdoptReply) =>
-            bus.respond(m, Handoff.encodeAdoptReply(reply)).pipe(Effect.catchAll((e) => Effect.logWarning("could not answer a hand-off request", e)))
+        (request, replyTo) => {
+          const reply = replyTo(request)
+          const { conn, edge, from, open, state } = request
           const claim = connections.claim(conn, from, replica)
           runFork(
-            run(id, Subjects.EdgeId(edge), open, true, (reply) =>
-              Effect.zipRight(
-                Effect.sync(() => {
-                  if (reply.ok) counts.adopted++
-                }),
-                respond(reply.ok ? { ok: true, replica } : { ok: false, reason: reply.reason })
-              ), { state, claim })
+            run(Subjects.ConnId(conn), Subjects.EdgeId(edge), open, true, (refused) => {
+              if (refused !== undefined) return reply.fail(new Host.AdoptRefused({ reason: refused.reason }))
+              counts.adopted++
+              return reply.succeed(replica)
+            }, { state, claim })
           )
         },
         { queue }
@@ -421,14 +407,18 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       intake
     )
 
-    yield* bus.subscribe(Subjects.replicaInbox(options.service, replica), (m) => {
-      // Asked whether this replica still runs (its heartbeat key lapsed).
-      if (Liveness.isPing(m)) return void runFork(bus.respond(m, replica).pipe(Effect.ignore))
-      const forward = Handoff.decodeForward(text(m))
-      if (forward._tag === "Left") return void runFork(Effect.logWarning("ignoring a malformed forward of a hand-off"))
-      const subject = Subjects.conn(options.service, Subjects.ConnId(forward.right.conn))
-      awaitingForward.get(Subjects.ConnId(forward.right.conn))?.(forward.right.messages.map((f) => new Handoff.ForwardedMessage(subject, f)))
-      runFork(bus.respond(m, "").pipe(Effect.ignore))
+    yield* Handoff.replicaInbox.serve(Subjects.replicaInbox(options.service, replica), (request, replyTo) => {
+      switch (request._tag) {
+        // Asked whether this replica still runs (its heartbeat key lapsed).
+        case "Ping":
+          return replyTo(request).succeed(replica)
+        case "Forward": {
+          const conn = Subjects.ConnId(request.conn)
+          const subject = Subjects.conn(options.service, conn)
+          awaitingForward.get(conn)?.(request.messages.map((f) => new Handoff.ForwardedMessage(subject, f)))
+          return replyTo(request).succeed(undefined)
+        }
+      }
     })
 
     /** Hands every actor to the others; whatever is not handed over in time stays for adoption. */

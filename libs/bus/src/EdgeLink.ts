@@ -4,11 +4,11 @@
  * what goes back out on an edge's subject (deliveries, closes, Streamable HTTP exchanges). The
  * actor host (`Actors.host`) builds each connection's `send` and `close` from here.
  */
-import { Edge } from "@switchboard/protocol"
+import { type Edge, Host } from "@switchboard/protocol"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Schema from "effect/Schema"
 import { Bus, type BusMessage, type BusShape, type Headers, text } from "./Bus.ts"
+import * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
 
 export interface Frame {
@@ -43,14 +43,13 @@ export interface HttpExchange {
   readonly send: (data: Uint8Array | string, options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string }) => void
 }
 
-export const decodeOpen = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenEvent))
-export const encodeOpenReply = Schema.encodeSync(Schema.parseJson(Edge.OpenReply))
-const encodeOpen = Schema.encodeSync(Schema.parseJson(Edge.OpenEvent))
-const decodeOpenReply = Schema.decodeUnknownEither(Schema.parseJson(Edge.OpenReply))
+/** What a service's `open` queue group is asked: `requestOpen` asks, the actor host serves. */
+export const opens = Peer.protocol(Host.Opens)
 
 /**
- * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and returns its
- * answer once the actor listens (see `host`). A socket and a Streamable HTTP session open alike.
+ * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and succeeds
+ * once the actor listens (see `host`); `OpenRefused` carries the close the service wants. A socket
+ * and a Streamable HTTP session open alike.
  */
 export const requestOpen = (
   bus: BusShape,
@@ -60,15 +59,8 @@ export const requestOpen = (
   event: Edge.OpenEvent,
   timeout: Duration.DurationInput
 ) =>
-  bus.request(Subjects.open(service), encodeOpen(event), {
-    timeout,
-    headers: {
-      [Subjects.Header.op]: "open",
-      [Subjects.Header.conn]: conn,
-      [Subjects.Header.edge]: edge,
-      ...(event.claims === undefined ? {} : { [Subjects.Header.user]: event.claims.sub })
-    }
-  }).pipe(Effect.flatMap((m) => decodeOpenReply(text(m))))
+  // Built from what the edge checked itself: no validation on construction.
+  opens.call(Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout }).pipe(Effect.provideService(Bus, bus))
 
 /** A frame as the actor reads it: its headers are looked up, and its text decoded, only when asked. */
 export class IncomingFrame implements Frame {

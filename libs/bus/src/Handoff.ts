@@ -11,22 +11,20 @@
  *  drains its subscription; forwards what came after the marker ▶ handles those first, then the rest
  *  release ───────────────────────▶  sends the buffered frames, now to the new owner
  */
-import { Handoff } from "@switchboard/protocol"
+import { Host } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
-import { type BusMessage, type BusShape, type Headers, text, type Subscription } from "./Bus.ts"
+import { Bus, type BusMessage, type BusShape, type Headers, type Subscription } from "./Bus.ts"
 import type { Envelope, Mailbox } from "./Mailbox.ts"
+import * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
 
-export const encodeAdopt = Schema.encodeSync(Schema.parseJson(Handoff.AdoptRequest))
-export const decodeAdopt = Schema.decodeUnknownEither(Schema.parseJson(Handoff.AdoptRequest))
-export const encodeAdoptReply = Schema.encodeSync(Schema.parseJson(Handoff.AdoptReply))
-const decodeAdoptReply = Schema.decodeUnknownEither(Schema.parseJson(Handoff.AdoptReply))
-const encodeForward = Schema.encodeSync(Schema.parseJson(Handoff.Forward))
-export const decodeForward = Schema.decodeUnknownEither(Schema.parseJson(Handoff.Forward))
+/** What a service's `handoff` queue group is asked: adopt a stopping replica's connection. */
+export const adoptions = Peer.protocol(Host.Adoptions)
+/** What one replica's inbox is asked: the rest of a handed-over mailbox, or whether it still runs. */
+export const replicaInbox = Peer.protocol(Host.ReplicaInbox)
 
 /** Headers a forwarded message may carry; the bus adapters expose headers only by name. */
 const carried = [
@@ -44,7 +42,7 @@ const carried = [
   Subjects.Header.tracestate
 ]
 
-const toForwarded = (m: BusMessage): typeof Handoff.ForwardedMessage.Type => {
+const toForwarded = (m: BusMessage): Host.ForwardedMessage => {
   const headers: Record<string, string> = {}
   for (const name of carried) {
     const value = m.header(name)
@@ -60,7 +58,7 @@ export class ForwardedMessage implements BusMessage {
   private readonly headers: Headers
   constructor(
     readonly subject: string,
-    forwarded: typeof Handoff.ForwardedMessage.Type
+    forwarded: Host.ForwardedMessage
   ) {
     this.data = Buffer.from(forwarded.data, "base64")
     this.reply = forwarded.reply
@@ -76,7 +74,7 @@ export class ForwardedMessage implements BusMessage {
 export interface Handover<R> {
   readonly conn: Subjects.ConnId
   readonly edge: Subjects.EdgeId
-  readonly open: Handoff.AdoptRequest["open"]
+  readonly open: Host.Adopt["open"]
   /** A Streamable HTTP session: no socket, no edge to hold; POSTs have no order between them. */
   readonly http: boolean
   readonly mailbox: Mailbox<R>
@@ -145,35 +143,33 @@ export const handOver = <R>(
         onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection")
       })
     )
-    const request = encodeAdopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() })
-    const reply = yield* bus.request(Subjects.handoff(service), request, { timeout }).pipe(
+    const request = new Host.Adopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() }, true)
+    const reply = yield* adoptions.call(Subjects.handoff(service), request, { timeout }).pipe(
       Effect.mapError((e) =>
-        e._tag === "NoResponders" ? new HandoffFailed("NoSurvivor", "no other replica") : new HandoffFailed("Refused", e.message)
+        e._tag === "PeerUnavailable" && e.reason === "NoResponders"
+          ? new HandoffFailed("NoSurvivor", "no other replica")
+          : new HandoffFailed("Refused", e._tag === "AdoptRefused" ? e.reason : e.message)
       ),
       // Nobody listening may be only for now: in a rolling restart the replica that replaces this
       // one may still be starting, or its interest not yet known across the NATS cluster. Nobody
       // got the request, so asking again is safe; the hand-off's own timeout bounds it.
       // When no other replica is alive in KV either, there is nobody to wait for (the last replica).
       Effect.retry({ while: (e) => (e.reason === "NoSurvivor" ? survivorExpected : false), schedule: noSurvivorYet }),
-      Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("NoSurvivor", `no other replica within ${Duration.format(timeout)}`) }),
-      Effect.flatMap((m) => {
-        const r = decodeAdoptReply(text(m))
-        if (r._tag === "Left") return Effect.fail(new HandoffFailed("Refused", "malformed adopt reply"))
-        return r.right.ok ? Effect.succeed(r.right.replica) : Effect.fail(new HandoffFailed("Refused", r.right.reason))
-      })
+      Effect.timeoutFail({ duration: timeout, onTimeout: () => new HandoffFailed("NoSurvivor", `no other replica within ${Duration.format(timeout)}`) })
     )
     // The new owner listens (and the server knows): leave the queue group without dropping what
     // the server already routed here, then pass that on.
     h.disown()
     yield* h.subscription.drain
     const messages = h.mailbox.rest().filter((m): m is BusMessage => m !== "edge-lost").map(toForwarded)
-    yield* bus.request(Subjects.replicaInbox(service, reply), encodeForward({ conn: h.conn, messages }), { timeout }).pipe(
+    yield* replicaInbox.call(Subjects.replicaInbox(service, reply), new Host.Forward({ conn: h.conn, messages }, true), { timeout }).pipe(
       Effect.mapError((e) => new HandoffFailed("Forward", `could not forward ${messages.length} messages: ${e.message}`))
     )
     return reply
   }).pipe(
     Effect.raceFirst(Effect.as(h.ended, undefined)),
-    Effect.ensuring(release)
+    Effect.ensuring(release),
+    Effect.provideService(Bus, bus)
   )
 }
 

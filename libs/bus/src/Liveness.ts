@@ -3,12 +3,14 @@
  * replica's key lapsed (a replica that crashed or was killed), and the end of connections whose
  * edge's key lapsed (an edge that died cannot say that its sockets closed).
  */
+import { Host } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import type { BusError, BusMessage, BusShape } from "./Bus.ts"
+import { Bus, type BusError, type BusShape } from "./Bus.ts"
+import { replicaInbox } from "./Handoff.ts"
 import type { KvBucketShape } from "./Kv.ts"
 import type { ConnectionRecord, Ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
@@ -19,18 +21,16 @@ export const checkHeartbeat = (heartbeat: Duration.Duration) =>
     ? Effect.dieMessage(`a replica heartbeat of ${Duration.format(heartbeat)} is too slow for its ${Subjects.Bucket.replicas.ttl} key lifetime`)
     : Effect.void
 
-/** A request on a replica's inbox with no body asks whether that replica still runs. */
-export const isPing = (m: BusMessage) => m.data.length === 0
-
 /**
  * Whether `replica` of `service` still runs: its actor host answers a ping on its inbox. A replica
  * whose key lapsed may still run (its heartbeat writes failed through a NATS leader election), and
  * what it holds must not be taken from it then.
  */
 export const answers = (bus: BusShape, service: Subjects.ServiceName, replica: string) =>
-  bus.request(Subjects.replicaInbox(service, replica), "", { timeout: "1 second" }).pipe(
+  replicaInbox.call(Subjects.replicaInbox(service, replica), new Host.Ping(), { timeout: "1 second" }).pipe(
     Effect.as(true),
-    Effect.orElseSucceed(() => false)
+    Effect.orElseSucceed(() => false),
+    Effect.provideService(Bus, bus)
   )
 
 /** What an edge's loss does to one of its connections: its mailbox gets `edge-lost`. */

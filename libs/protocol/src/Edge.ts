@@ -23,13 +23,6 @@ export const OpenEvent = Schema.Struct({
 })
 export type OpenEvent = typeof OpenEvent.Type
 
-/** The service's answer once the connection's actor is listening; `ok: false` makes the edge close. */
-export const OpenReply = Schema.Union(
-  Schema.Struct({ ok: Schema.Literal(true) }),
-  Schema.Struct({ ok: Schema.Literal(false), code: Schema.Int, reason: Schema.String })
-)
-export type OpenReply = typeof OpenReply.Type
-
 /** An edge's heartbeat record in the `edges` bucket; the key expires when the edge dies. */
 export const EdgeHeartbeat = Schema.Struct({
   startedAt: Schema.Number,

@@ -166,8 +166,10 @@ export const open = (service: Subjects.ServiceName, options: OpenOptions) =>
       openedAt: Date.now(),
       ...(options.transport === undefined ? {} : { transport: options.transport })
     }
-    const reply = yield* Actors.requestOpen(bus, service, conn, edge, event, options.timeout ?? "5 seconds").pipe(Effect.orDie)
-    if (!reply.ok) return yield* new Refused({ code: reply.code, reason: reply.reason })
+    yield* Actors.requestOpen(bus, service, conn, edge, event, options.timeout ?? "5 seconds").pipe(
+      Effect.catchTag("OpenRefused", (e) => new Refused({ code: e.code, reason: e.reason })),
+      Effect.catchTags({ PeerTimeout: Effect.die, PeerUnavailable: Effect.die })
+    )
     // The actor's host removes the connection's record once its actor ended: a test that closes a
     // socket can wait for that instead of guessing, and the scope ends with no actor left running.
     const connections = yield* Effect.orDie(kv.bucket(Subjects.Bucket.connections))

@@ -390,13 +390,13 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         Effect.ensuring(Effect.sync(() => clearTimeout(patience))),
         Effect.match({
           onFailure: (e) => {
-            if (e._tag === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
-            if (e._tag === "RequestTimeout") return giveUp(`${s.route.service} service did not answer`)
+            if (e._tag === "OpenRefused") return closeSocket(s, e.code, e.reason)
+            if (e._tag === "PeerUnavailable" && e.reason === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
+            if (e._tag === "PeerTimeout") return giveUp(`${s.route.service} service did not answer`)
             closeSocket(s, CloseCode.InternalError, "could not start the session")
             tellClosed(s, CloseCode.InternalError, "could not start the session")
           },
-          onSuccess: (reply) => {
-            if (!reply.ok) return closeSocket(s, reply.code, reply.reason)
+          onSuccess: () => {
             if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
             s.state = "open"
             // Held before the answer reached us: the frames wait for the hand-off's release.

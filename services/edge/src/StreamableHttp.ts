@@ -279,15 +279,20 @@ export const make = (
       runFork(
         Actors.requestOpen(bus, options.service, session, edgeId, event, options.openTimeout).pipe(
           Effect.match({
-            onFailure: (e) =>
-              e._tag === "NoResponders" || e._tag === "RequestTimeout"
-                ? fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
-                : fail(res, 500, JsonRpc.ErrorCode.InternalError, "could not start the session"),
-            onSuccess: (reply) => {
-              // A policy refusal (the user's sessions are at their cap) is this client's to fix; anything else is the service's.
-              if (!reply.ok) {
-                return fail(res, reply.code === EdgeProtocol.CloseCode.PolicyViolation ? 429 : 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${reply.reason}`)
+            onFailure: (e) => {
+              switch (e._tag) {
+                // A policy refusal (the user's sessions are at their cap) is this client's to fix; anything else is the service's.
+                case "OpenRefused":
+                  return fail(res, e.code === EdgeProtocol.CloseCode.PolicyViolation ? 429 : 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${e.reason}`)
+                case "PeerTimeout":
+                  return fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
+                case "PeerUnavailable":
+                  return e.reason === "NoResponders"
+                    ? fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
+                    : fail(res, 500, JsonRpc.ErrorCode.InternalError, "could not start the session")
               }
+            },
+            onSuccess: () => {
               known.set(session, { user: claims.sub, until: Date.now() + config.sessionCache })
               if (!res.destroyed) forward(res, session, claims.sub, body, id)
             }

@@ -5,7 +5,8 @@
  * hand-off's marker; deliveries, closes and refusals reach the client.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Bus, MemoryBus, Subjects } from "@switchboard/bus"
+import { Actors, Bus, MemoryBus, Subjects } from "@switchboard/bus"
+import { Host } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -34,9 +35,10 @@ interface Seen {
 
 /**
  * The socket I/O behind a plain ws server, and a stand-in for the service on the bus: it answers
- * `open` with `answer` (after `gate`, when given) and records what arrives for its connections.
+ * `open` (after `gate`, when given), taking the connection unless told to `refuse`, and records
+ * what arrives for its connections.
  */
-const setup = (options: { readonly answer?: string; readonly gate?: Deferred.Deferred<void>; readonly noService?: boolean } = {}) =>
+const setup = (options: { readonly refuse?: Host.OpenRefused; readonly gate?: Deferred.Deferred<void>; readonly noService?: boolean } = {}) =>
   Effect.gen(function*() {
     // A bus of its own for the test's scope, so that two in one test hear only their own.
     const bus = Context.get(yield* Layer.build(MemoryBus.layer), Bus.Bus)
@@ -51,11 +53,11 @@ const setup = (options: { readonly answer?: string; readonly gate?: Deferred.Def
         header: (name: string) => m.header(name)
       }))
     if (options.noService !== true) {
-      yield* bus.subscribe(Subjects.open(route.service), (m) => {
-        Queue.unsafeOffer(opens, m.header(Subjects.Header.conn) ?? "")
-        const reply = bus.respond(m, options.answer ?? JSON.stringify({ ok: true }))
-        Effect.runFork(options.gate === undefined ? reply : Effect.zipRight(Deferred.await(options.gate), reply))
-      })
+      yield* Actors.opens.serve(Subjects.open(route.service), (request, replyTo) => {
+        Queue.unsafeOffer(opens, request.conn)
+        const reply = options.refuse === undefined ? replyTo(request).succeed(undefined) : replyTo(request).fail(options.refuse)
+        return options.gate === undefined ? reply : Effect.zipRight(Deferred.await(options.gate), reply)
+      }).pipe(Effect.provideService(Bus.Bus, bus))
     }
     const sockets = yield* Sockets.make({
       edgeId,
@@ -196,7 +198,7 @@ describe("the edge's socket I/O", () => {
       a.ws.send(Buffer.from([1, 2, 3]), { binary: true })
       expect(yield* closedWith(a)).toEqual({ code: 1003, reason: "binary frames are not supported; send text" })
 
-      const refused = yield* setup({ answer: JSON.stringify({ ok: false, code: 4403, reason: "not for you" }) })
+      const refused = yield* setup({ refuse: new Host.OpenRefused({ code: 4403, reason: "not for you" }) })
       expect(yield* closedWith(yield* connect(refused.url))).toEqual({ code: 4403, reason: "not for you" })
 
       const nobody = yield* setup({ noService: true })
