@@ -301,14 +301,11 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
     this.replica.runFork(this.probe())
   }
 
-  /** Enters the session in the replica's `probes`, which it checks when its NATS connection comes back. */
+  /** Enters the session in the replica's `probes` on each `connect` (see `Replica.track`). */
   track(): Effect.Effect<void> {
-    const { conn, replica: { probes } } = this
-    probes.set(conn.id, () => this.probe())
-    if (this.tracked) return Effect.void
+    const first = !this.tracked
     this.tracked = true
-    // Handed over, or stopped with its replica, the actor ends without `onClosed`: its scope removes the entry.
-    return Scope.addFinalizer(this.scope, Effect.sync(() => void probes.delete(conn.id)))
+    return this.replica.track(this.conn.id, this.scope, () => this.probe(), first)
   }
 
   onFrame(frame: Actors.Frame): Effect.Effect<void> | void {

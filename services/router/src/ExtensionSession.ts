@@ -246,13 +246,11 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer> {
       )
   }
 
-  /** Enters the extension in the replica's `probes` once a client attaches; the actor's scope takes it out. */
+  /** Enters the extension in the replica's `probes` once a client attaches (see `Replica.track`). */
   track(): Effect.Effect<void> {
     if (this.tracked) return Effect.void
     this.tracked = true
-    const { conn, replica: { probes } } = this
-    probes.set(conn.id, () => this.recheck())
-    return Scope.addFinalizer(this.scope, Effect.sync(() => void probes.delete(conn.id)))
+    return this.replica.track(this.conn.id, this.scope, () => this.recheck(), true)
   }
 
   /** A field, not a method: the host hands it on unbound. */

@@ -110,6 +110,14 @@ export const make = Effect.gen(function*() {
     clientSeats,
     extensionSeats,
     probes,
+    /**
+     * Enters an actor in `probes` with how it checks its peers (again, when its peers changed).
+     * The first time, its scope is told to take it out: a handed-over actor ends without `onClosed`.
+     */
+    track: (conn: Subjects.ConnId, scope: Scope.Scope, check: () => Effect.Effect<ProbeOutcome>, first: boolean): Effect.Effect<void> => {
+      probes.set(conn, check)
+      return first ? Scope.addFinalizer(scope, Effect.sync(() => void probes.delete(conn))) : Effect.void
+    },
     userBudget: (user: string) => {
       let b = userBudgets.get(user)
       if (!b) userBudgets.set(user, (b = new RateBudget(config.userRate, config.userRate * 2)))
