@@ -185,33 +185,37 @@ export const makeBus = (): BusShape => {
       subscribe(subject, (m) => void emit.single(m), options)
     )
 
-  const request: BusShape["request"] = (subject, data, options) => {
-    const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
-    return Effect.scoped(
-      Effect.gen(function*() {
-        if (matching(subject).length === 0) return yield* Effect.fail(new NoResponders({ subject }))
-        const inbox = `_INBOX.${randomUUID()}`
-        const answer = yield* Effect.async<BusMessage>((resume) => {
-          // The inbox goes as the answer arrives: the canceler below runs only on interruption (a
-          // timeout), and an inbox left in `exact` kept its handler, the waiting fiber and the answer.
-          const s: Subscriber = {
-            subject: inbox,
-            queue: undefined,
-            handler: (m) => {
-              remove(s)
-              resume(Effect.succeed(m))
-            }
+  const request: BusShape["request"] = (subject, data, options) =>
+    Effect.suspend((): Effect.Effect<BusMessage, NoResponders | RequestTimeout> => {
+      if (matching(subject).length === 0) return Effect.fail(new NoResponders({ subject }))
+      const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
+      const inbox = `_INBOX.${randomUUID()}`
+      // One callback and one timer, not a fiber racing a sleep: a request in flight holds only
+      // these (a handshake asks twice, and thousands of handshakes may be in flight at once).
+      return Effect.async<BusMessage, RequestTimeout>((resume) => {
+        // The inbox goes as the answer arrives or the time is up: an inbox left in `exact` kept its
+        // handler, the waiting fiber and the answer.
+        const s: Subscriber = {
+          subject: inbox,
+          queue: undefined,
+          handler: (m) => {
+            clearTimeout(timer)
+            remove(s)
+            resume(Effect.succeed(m))
           }
-          add(s)
-          unsafePublish(subject, data, options?.headers, inbox)
-          return Effect.sync(() => remove(s))
-        }).pipe(
-          Effect.timeoutFail({ duration: timeout, onTimeout: () => new RequestTimeout({ subject, timeout }) })
-        )
-        return answer
+        }
+        const timer = setTimeout(() => {
+          remove(s)
+          resume(Effect.fail(new RequestTimeout({ subject, timeout })))
+        }, Duration.toMillis(timeout))
+        add(s)
+        unsafePublish(subject, data, options?.headers, inbox)
+        return Effect.sync(() => {
+          clearTimeout(timer)
+          remove(s)
+        })
       })
-    )
-  }
+    })
 
   const respond: BusShape["respond"] = (message, data, headers) =>
     message.reply === undefined ? Effect.void : publish(message.reply, data, headers)

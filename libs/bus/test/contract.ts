@@ -155,7 +155,7 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
           })
         ))
 
-      it.scoped("stops listening on a request's reply subject once the answer is in", () =>
+      it.scoped("stops listening on a request's reply subject once the answer is in, the time is up, or the asker is interrupted", () =>
         withBus(
           Effect.gen(function*() {
             const bus = yield* Bus
@@ -165,6 +165,14 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
               Effect.runFork(bus.respond(m, "answer"))
             })
             for (let i = 0; i < 3; i++) expect(text(yield* bus.request("asked", "?"))).toBe("answer")
+            yield* bus.subscribe("unanswered", (m) => {
+              if (m.reply !== undefined) Queue.unsafeOffer(replies, m.reply)
+            })
+            const slow = yield* Effect.either(bus.request("unanswered", "?", { timeout: "100 millis" }))
+            expect(Either.isLeft(slow) && slow.left._tag).toBe("RequestTimeout")
+            const asking = yield* Effect.fork(bus.request("unanswered", "?", { timeout: "10 seconds" }))
+            while ((yield* Queue.size(replies)) < 5) yield* Effect.sleep("5 millis")
+            yield* Fiber.interrupt(asking)
             // Nobody is left on the inboxes of answered requests: a request to one finds no responders.
             for (const inbox of yield* Queue.takeAll(replies)) {
               const late = yield* Effect.either(bus.request(inbox, "late", { timeout: "1 second" }))
