@@ -48,11 +48,19 @@ const wantedTarget = (name: string) => TARGETS === undefined || TARGETS.includes
  */
 const SNAPSHOTS = process.env["IDLE_HEAP_SNAPSHOTS"]
 /**
+ * IDLE_ALLOCATIONS=<dir>: each inspected process also writes a sampling allocation profile of the
+ * measured sockets' handshakes there (`<target>-<path>-<process>-promoted|live.heapprofile`):
+ * `promoted` keeps the samples of objects that a full GC collected (they outlived the young
+ * generation, and left holes in old space), `live` only those still alive, from a second run of
+ * the path. Their difference by stack is what a handshake promotes and then drops.
+ */
+const ALLOCATIONS = process.env["IDLE_ALLOCATIONS"]
+/**
  * Full GCs before each reading (IDLE_GCS, default 1). One GC compacts only so many fragmented
  * pages (V8 bounds what one compaction moves), so committed heap, and RSS, may keep shrinking over
  * a few more, as they do in a process left idle, whose memory reducer collects again.
  */
-const GCS = Math.max(1, Number(process.env["IDLE_GCS"] ?? 1))
+const GCS = Math.max(0, Number(process.env["IDLE_GCS"] ?? 1))
 /** Handshakes in flight at once: paced, so that a path measures memory and not a queue of upgrades. */
 const IN_FLIGHT = 100
 const SOCKET_TIMEOUT_MS = 20_000
@@ -61,7 +69,7 @@ const OPEN_DEADLINE_MS = Number(process.env["IDLE_OPEN_SECONDS"] ?? 60) * 1000
 /** Failed handshakes after which a path stops opening: its caps or timeouts are what it measures. */
 const MAX_FAILED = 50
 /** Time for work a handshake sets off (KV writes, presence fan-out) to finish before RSS is read. */
-const SETTLE_MS = 2_000
+const SETTLE_MS = Number(process.env["IDLE_SETTLE_SECONDS"] ?? 2) * 1000
 
 /** Caps sized for people, lifted: every socket comes from 127.0.0.1, and a user may have many. */
 const lifted = {
@@ -381,6 +389,22 @@ const snapshots = async (deployment: Deployment, handshake: Handshake, when: str
   }
 }
 
+/** With IDLE_ALLOCATIONS, starts or stops (and writes) every inspected process's sampling allocation profile. */
+const sampling = async (deployment: Deployment, op: "start" | "stop", handshake?: Handshake) => {
+  if (ALLOCATIONS === undefined) return
+  const kind = process.env["IDLE_ALLOCATIONS_KIND"] === "live" ? "live" : "promoted"
+  for (const { process: p, inspector } of deployment.subjects) {
+    if (inspector === undefined) continue
+    if (op === "start") {
+      await inspector.call("HeapProfiler.startSampling", { samplingInterval: 8192, includeObjectsCollectedByMajorGC: kind === "promoted" })
+      continue
+    }
+    const { profile } = await inspector.call("HeapProfiler.stopSampling")
+    const path = (handshake?.path ?? "").replace(/[^a-z0-9]+/gi, "") || "root"
+    writeFileSync(`${ALLOCATIONS}/${deployment.name}-${path}-${p.name.replace(/\W+/g, "")}-${kind}.heapprofile`, JSON.stringify(profile))
+  }
+}
+
 const measurePath = (deployment: Deployment, handshake: Handshake, tokens: ReadonlyArray<string>) =>
   Effect.promise(async () => {
     let closedWhileIdle = 0
@@ -388,8 +412,10 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
     const warm = await openSockets(deployment.base, handshake, tokens, 0, WARM, onIdleClose)
     const before = await memory(deployment.subjects)
     await snapshots(deployment, handshake, "before")
+    await sampling(deployment, "start")
     const measured = await openSockets(deployment.base, handshake, tokens, WARM, SOCKETS, onIdleClose)
     const after = await memory(deployment.subjects)
+    await sampling(deployment, "stop", handshake)
     await snapshots(deployment, handshake, "after")
     const sockets = measured.sockets.length
     for (const ws of [...warm.sockets, ...measured.sockets]) ws.terminate()
