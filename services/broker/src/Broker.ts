@@ -1,14 +1,14 @@
 /**
- * The MCPx v0.1 topic broker. Each socket is a participant actor: it checks every envelope
- * (shape, `from`, duplicate ids, privilege, size and rate) and appends the accepted ones to the
- * topic's history, an acknowledged append whose final failure the sender hears of. The history's
+ * The MCPx v0.1 topic broker. Each socket is a participant actor, admitted here and run by
+ * `Participant.ts`: it checks every envelope (shape, `from`, duplicate ids, privilege, size and
+ * rate) and appends the accepted ones to the topic's history, an acknowledged append whose final failure the sender hears of. The history's
  * order is the topic's total order. One sequencer per topic, claimed in KV, follows the topic's
  * history and fans each envelope out with one publish per edge that has members; joins and leaves
  * reach it on the topic's subject. A sequencer that takes over replays the history from the last
  * sequence its predecessor recorded, so an envelope stored while nobody sequenced is not lost.
  */
-import { Actors, Bus, Journal, Kv, Liveness, Peer, RateBudget, Subjects } from "@switchboard/bus"
-import { type Auth, Edge, Json, JsonRpc, Mcpx } from "@switchboard/protocol"
+import { Actors, Bus, Journal, Kv, Liveness, Peer, Subjects } from "@switchboard/bus"
+import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Deferred from "effect/Deferred"
 import { SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
@@ -21,36 +21,19 @@ import * as FiberSet from "effect/FiberSet"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
-import * as Schema from "effect/Schema"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import * as AdminApi from "./AdminApi.ts"
+import { gateway, Participant, type Room } from "./Participant.ts"
 import * as BrokerConfig from "./Config.ts"
 
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
-const decodeEnvelope = Schema.decodeUnknownEither(Mcpx.Envelope)
 /** What reaches a topic's sequencer on its subject, besides the history. */
 const topicEvents = Peer.protocol(Mcpx.TopicEvent)
 /** What one broker replica asks another: to take a topic on. */
 const brokerPeers = Peer.protocol(Mcpx.BrokerPeer)
-
-const now = () => new Date().toISOString()
-const isRecord = JsonRpc.isRecord
-
-/** A message from the gateway itself. */
-const gateway = (kind: Mcpx.Kind, payload: Record<string, unknown>, extra: { to?: ReadonlyArray<string>; correlation_id?: string } = {}) =>
-  JSON.stringify({ protocol: Mcpx.PROTOCOL, id: randomUUID(), ts: now(), from: Mcpx.GATEWAY, ...extra, kind, payload })
-
-/**
- * How many envelope ids per participant are remembered to refuse duplicates, and how many
- * characters of them: ids are up to `Mcpx.MAX_ID_LENGTH` long, and 10,000 of those would be 2.5 MB
- * per participant. 512 Ki characters hold 10,000 UUIDs.
- */
-const REMEMBERED_IDS = 10_000
-const REMEMBERED_ID_CHARS = 512 * 1024
 
 /**
  * How long a sequencer that gave up its claim still listens before it lets go of the topic: a
@@ -636,6 +619,8 @@ export const make = Effect.gen(function*() {
 
   // --- a participant's actor ---------------------------------------------------------------
 
+  const room: Room = { config, history, members, tracer, toTopic }
+
   const participantActor = (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
       const topic = conn.open.query["topic"]
@@ -668,26 +653,11 @@ export const make = Effect.gen(function*() {
         return { onFrame: () => {} } satisfies Actors.Actor
       }
       // A promotion or demotion outlives the socket: a participant reconnecting keeps it.
-      let privilege: Auth.Privilege = mode === "open"
+      const privilege: Auth.Privilege = mode === "open"
         ? "full"
         : Option.isSome(saved) && saved.value.value.assigned === true
         ? saved.value.value.privilege
         : token.privilege ?? "restricted"
-      const budget = new RateBudget(config.rate, config.burst)
-      const chatBudget = new RateBudget(config.chatRate, config.chatBurst)
-      /** Ids of this participant's accepted envelopes, oldest first, and their total length. */
-      const seen = new Set<string>()
-      let seenChars = 0
-      const remember = (envelopeId: string) => {
-        seen.add(envelopeId)
-        seenChars += envelopeId.length
-        for (const oldest of seen) {
-          if (seen.size <= REMEMBERED_IDS && seenChars <= REMEMBERED_ID_CHARS) break
-          seen.delete(oldest)
-          seenChars -= oldest.length
-        }
-      }
-
       yield* ensureSequencer(topic).pipe(Effect.orDie)
       localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)
       yield* Effect.addFinalizer(() =>
@@ -697,7 +667,7 @@ export const make = Effect.gen(function*() {
           else localTopics.delete(topic)
         })
       )
-      let member: Mcpx.Member = {
+      const member: Mcpx.Member = {
         topic,
         participant: id,
         privilege,
@@ -713,97 +683,7 @@ export const make = Effect.gen(function*() {
       yield* members.put(Subjects.Key.member(topic, id), member).pipe(Effect.orDie)
       toTopic(topic, new Mcpx.TopicJoin({ member }))
 
-      const refuse = (code: Mcpx.ErrorCode, reason: string, correlation?: string) =>
-        conn.send(gateway("system", { event: "error", code, reason }, { to: [id], ...(correlation === undefined ? {} : { correlation_id: correlation }) }))
-
-      const onFrame = (frame: Actors.Frame): void => {
-        // Before parsing: an envelope too large to accept is not worth reading.
-        if (frame.data.byteLength > config.maxEnvelope) {
-          return refuse("too_large", `envelopes are limited to ${config.maxEnvelope} bytes`)
-        }
-        // Bounded depth: nesting thousands deep would overflow the stack of whatever re-encodes the
-        // envelope later (the ts stamp below, the history API), far from here.
-        const parsed = Json.parse(frame.text)
-        if (Either.isLeft(parsed)) return refuse("invalid_envelope", `invalid JSON: ${parsed.left}`)
-        const raw = parsed.right
-        const correlation = isRecord(raw) && typeof raw["id"] === "string" && raw["id"].length <= Mcpx.MAX_ID_LENGTH ? raw["id"] : undefined
-        if (frame.limited || budget.take() !== "ok") {
-          return refuse("rate_limited", `rate limit exceeded (${config.rate}/s, burst ${config.burst})`, correlation)
-        }
-        const decoded = decodeEnvelope(raw)
-        if (Either.isLeft(decoded)) {
-          return refuse("invalid_envelope", ParseResult.TreeFormatter.formatErrorSync(decoded.left), correlation)
-        }
-        const envelope = decoded.right
-        if (envelope.kind === "chat" && chatBudget.take() !== "ok") {
-          return refuse("rate_limited", `chat rate limit exceeded (${config.chatRate}/s, burst ${config.chatBurst})`, envelope.id)
-        }
-        if (envelope.from !== id) return refuse("spoofed_from", `from must be your participant id (${id})`, envelope.id)
-        if (envelope.kind === "system") return refuse("forbidden_kind", "only the gateway sends system messages", envelope.id)
-        if (envelope.kind === "presence" && Mcpx.GATEWAY_PRESENCE_EVENTS.has(envelope.payload["event"])) {
-          return refuse("forbidden_kind", "only the gateway announces joins and leaves", envelope.id)
-        }
-        if (seen.has(envelope.id)) return refuse("duplicate_id", `envelope id ${envelope.id} was already used`, envelope.id)
-        if (envelope.kind === "mcp" && privilege === "restricted") {
-          // §4.4.2: the violator alone hears of it, as an MCP error to its own request.
-          return conn.send(
-            gateway(
-              "mcp",
-              {
-                jsonrpc: "2.0",
-                id: envelope.payload["id"] ?? null,
-                error: {
-                  code: -32001,
-                  message: "Privilege violation",
-                  data: {
-                    reason: "Restricted participants cannot send MCP messages directly",
-                    suggestion: "Use kind: 'mcp/proposal' instead"
-                  }
-                }
-              },
-              { to: [id], correlation_id: envelope.id }
-            )
-          )
-        }
-        // Accepted: only now does its id count as used, so refused envelopes cost no memory here.
-        remember(envelope.id)
-        const traced = Option.isSome(tracer)
-          ? Telemetry.startSpan(tracer.value, `broker.accept ${envelope.kind}`, frame.traceparent, {
-            kind: SpanKind.CONSUMER,
-            attributes: { "mcpx.topic": topic, "mcpx.envelope.id": envelope.id, "mcpx.from": id, "sb.conn": conn.id }
-          })
-          : undefined
-        // Stamp ts when missing; otherwise the envelope travels exactly as it was sent. Stored first,
-        // sent out by the sequencer once stored: what a member receives is in the history.
-        const envelopeId = envelope.id
-        history.append(Subjects.historyKey(topic), envelope.ts === undefined ? JSON.stringify({ ...(raw as object), ts: now() }) : frame.text, {
-          traceparent: traced?.traceparent,
-          lost: (why) => {
-            // Nobody received it, so its id is free for the sender to try again.
-            if (seen.delete(envelopeId)) seenChars -= envelopeId.length
-            refuse("not_stored", `the topic's history could not store the envelope, so nobody received it: ${why}`, envelopeId)
-          }
-        })
-        traced?.span.end()
-      }
-
-      const onClosed = () =>
-        Effect.gen(function*() {
-          toTopic(topic, new Mcpx.TopicLeave({ participant: id, conn: conn.id }))
-          // The same participant back on a newer socket may own the record already, or write it meanwhile.
-          yield* members.deleteOwned(Subjects.Key.member(topic, id), (member) => member.conn === conn.id)
-        }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not forget ${id}'s membership of topic ${topic}`, e)))
-
-      /** An admin changed this participant's privilege (the KV record is already updated). */
-      const receive = (message: Mcpx.ParticipantPeer) => {
-        const next = message.privilege
-        privilege = next
-        member = { ...member, privilege: next, assigned: true }
-        toTopic(topic, new Mcpx.TopicJoin({ member }))
-        conn.send(gateway("system", { event: "privilege", participant: { id, privilege: next } }, { to: [id] }))
-      }
-
-      return { onFrame, receive, onClosed } satisfies Actors.Actor<never, Mcpx.ParticipantPeer>
+      return new Participant(room, conn, topic, id, member)
     })
 
   yield* Actors.host({
