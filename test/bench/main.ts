@@ -27,6 +27,26 @@ import { benchExtension, isRecord, parseRecord } from "./frames.ts"
 const edgeSuite = Effect.gen(function*() {
   const target = (name: string, kind: string, env: Readonly<Record<string, string>>, path: string) =>
     Effect.scoped(Effect.flatMap(startServer(kind, env), (s) => measure("edge", { name, server: [s], load: { url: wsUrl(s, path) } })))
+  /**
+   * The embedded edge against the plain echo in pairs of windows, both up at once: the lines above
+   * measure each a minute apart, and at 1×1 one run's ratio moved by ±10 % between runs of the
+   * same code (issue 16's paired regression check needs it within 5 %).
+   */
+  const embeddedPaired = Effect.scoped(Effect.gen(function*() {
+    const plain = yield* startServer("plain", {})
+    const edge = yield* startServer("edge", {})
+    for (const [shape, label] of [[{ clients: 1, inFlight: 1 }, "1x1"], [{ clients: 50, inFlight: 10 }, "50x10"]] as const) {
+      yield* paired({
+        suite: "edge",
+        target: "switchboard-embedded",
+        measure: `msgs_per_s_over_plain_${label}_paired`,
+        baseline: { url: wsUrl(plain, "/") },
+        load: { url: wsUrl(edge, "/echo") },
+        shape,
+        ratio: (t, b) => t.msgsPerSec / b.msgsPerSec
+      })
+    }
+  }))
   const lines = [
     ...(yield* target("plain-ws-echo", "plain", {}, "/")),
     ...(yield* target("switchboard-embedded", "edge", {}, "/echo")),
@@ -38,6 +58,7 @@ const edgeSuite = Effect.gen(function*() {
     ))
   ]
   report(lines, { ratio_to_plain: "plain-ws-echo" })
+  yield* embeddedPaired
 })
 
 // --- proxy suite ---------------------------------------------------------------------------
