@@ -1,11 +1,12 @@
 /**
  * The MCPx v0.1 topic broker. Each socket is a participant actor, admitted here and run by
  * `Participant.ts`: it checks every envelope (shape, `from`, duplicate ids, privilege, size and
- * rate) and appends the accepted ones to the topic's history, an acknowledged append whose final failure the sender hears of. The history's
- * order is the topic's total order. One sequencer per topic, claimed in KV, follows the topic's
- * history and fans each envelope out with one publish per edge that has members; joins and leaves
- * reach it on the topic's subject. A sequencer that takes over replays the history from the last
- * sequence its predecessor recorded, so an envelope stored while nobody sequenced is not lost.
+ * rate) and appends the accepted ones to the topic's history, an acknowledged append whose final
+ * failure the sender hears of. The history's order is the topic's total order. One sequencer per
+ * topic, claimed in KV, follows the topic's history and fans each envelope out with one publish
+ * per edge that has members; joins and leaves reach it on the topic's subject. A sequencer that
+ * takes over replays the history from the last sequence its predecessor recorded, so an envelope
+ * stored while nobody sequenced is not lost.
  */
 import { Actors, Bus, Journal, Kv, Liveness, Peer, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
