@@ -284,10 +284,8 @@ export const make = (
                 // A policy refusal (the user's sessions are at their cap) is this client's to fix; anything else is the service's.
                 case "OpenRefused":
                   return fail(res, e.code === EdgeProtocol.CloseCode.PolicyViolation ? 429 : 503, JsonRpc.ErrorCode.ServerError, `could not start the session: ${e.reason}`)
-                case "PeerTimeout":
-                  return fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
-                case "PeerUnavailable":
-                  return e.reason === "NoResponders"
+                default:
+                  return e._tag === "PeerTimeout" || e.reason === "NoResponders"
                     ? fail(res, 503, JsonRpc.ErrorCode.ServerError, `${options.service} service unavailable`)
                     : fail(res, 500, JsonRpc.ErrorCode.InternalError, "could not start the session")
               }
