@@ -60,7 +60,7 @@ export const requestOpen = (
   timeout: Duration.DurationInput
 ) =>
   // Built from what the edge checked itself: no validation on construction.
-  opens.call(Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout }).pipe(Effect.provideService(Bus, bus))
+  opens.callOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout })
 
 /** A frame as the actor reads it: its headers are looked up, and its text decoded, only when asked. */
 export class IncomingFrame implements Frame {

@@ -16,7 +16,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type BusShape, type Headers, type Subscription } from "./Bus.ts"
+import type { BusMessage, BusShape, Headers, Subscription } from "./Bus.ts"
 import type { Envelope, Mailbox } from "./Mailbox.ts"
 import * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
@@ -144,7 +144,7 @@ export const handOver = <R>(
       })
     )
     const request = new Host.Adopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() }, true)
-    const reply = yield* adoptions.call(Subjects.handoff(service), request, { timeout }).pipe(
+    const reply = yield* adoptions.callOn(bus, Subjects.handoff(service), request, { timeout }).pipe(
       Effect.mapError((e) =>
         e._tag === "PeerUnavailable" && e.reason === "NoResponders"
           ? new HandoffFailed("NoSurvivor", "no other replica")
@@ -162,14 +162,13 @@ export const handOver = <R>(
     h.disown()
     yield* h.subscription.drain
     const messages = h.mailbox.rest().filter((m): m is BusMessage => m !== "edge-lost").map(toForwarded)
-    yield* replicaInbox.call(Subjects.replicaInbox(service, reply), new Host.Forward({ conn: h.conn, messages }, true), { timeout }).pipe(
+    yield* replicaInbox.callOn(bus, Subjects.replicaInbox(service, reply), new Host.Forward({ conn: h.conn, messages }, true), { timeout }).pipe(
       Effect.mapError((e) => new HandoffFailed("Forward", `could not forward ${messages.length} messages: ${e.message}`))
     )
     return reply
   }).pipe(
     Effect.raceFirst(Effect.as(h.ended, undefined)),
-    Effect.ensuring(release),
-    Effect.provideService(Bus, bus)
+    Effect.ensuring(release)
   )
 }
 

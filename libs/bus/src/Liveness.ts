@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import { Bus, type BusError, type BusShape } from "./Bus.ts"
+import type { BusError, BusShape } from "./Bus.ts"
 import { replicaInbox } from "./Handoff.ts"
 import type { KvBucketShape } from "./Kv.ts"
 import type { ConnectionRecord, Ownership } from "./SessionStore.ts"
@@ -27,10 +27,9 @@ export const checkHeartbeat = (heartbeat: Duration.Duration) =>
  * what it holds must not be taken from it then.
  */
 export const answers = (bus: BusShape, service: Subjects.ServiceName, replica: string) =>
-  replicaInbox.call(Subjects.replicaInbox(service, replica), new Host.Ping(), { timeout: "1 second" }).pipe(
+  replicaInbox.callOn(bus, Subjects.replicaInbox(service, replica), new Host.Ping(), { timeout: "1 second" }).pipe(
     Effect.as(true),
-    Effect.orElseSucceed(() => false),
-    Effect.provideService(Bus, bus)
+    Effect.orElseSucceed(() => false)
   )
 
 /** What an edge's loss does to one of its connections: its mailbox gets `edge-lost`. */

@@ -269,8 +269,13 @@ export class Protocol<M extends Message> implements Codec {
 
   /** Asks whoever serves `subject` (a service's queue group, see `serve`). */
   call<Req extends Ask<M>>(subject: string, request: Req, options?: AskOptions): Effect.Effect<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable, Bus> {
+    return Effect.flatMap(Bus, (bus) => this.callOn(bus, subject, request, options))
+  }
+
+  /** `call` on the bus given: for callers that hold it (the actor host, the edge, clients made in a layer). */
+  callOn<Req extends Ask<M>>(bus: BusShape, subject: string, request: Req, options?: AskOptions): Effect.Effect<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable> {
     const timeout = options?.timeout === undefined ? DEFAULT_TIMEOUT : Duration.decode(options.timeout)
-    return Effect.flatMap(Bus, (bus) => this.request(bus, subject, request, this.headers(request._tag, options?.traceparent), timeout))
+    return this.request(bus, subject, request, this.headers(request._tag, options?.traceparent), timeout)
   }
 
   private request<Req extends Ask<M>>(bus: BusShape, subject: string, request: Req, headers: Headers, timeout: Duration.Duration) {

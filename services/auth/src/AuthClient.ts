@@ -55,8 +55,7 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
     const ask = (token: string) =>
-      authPeers.call(Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }).pipe(
-        Effect.provideService(Bus.Bus, bus),
+      authPeers.callOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }).pipe(
         Effect.catchTags({
           TokenRefused: (e) => new AuthFailed({ reason: e.reason }),
           PeerTimeout: (e) => new AuthUnavailable({ reason: "auth service unavailable (no answer in time)", cause: e }),

@@ -511,8 +511,7 @@ export const make = Effect.gen(function*() {
       const delivered = topic.delivered
       const request = new Mcpx.TopicHandoff({ topic: topic.name, from: replica, token: transfer.token, delivered, members: [...topic.members.values()] })
       const taken = yield* recordDelivered(topic).pipe(
-        Effect.zipRight(brokerPeers.call(Subjects.topicHandoff, request, { timeout: TRANSFER_TIMEOUT })),
-        Effect.provideService(Bus.Bus, bus),
+        Effect.zipRight(brokerPeers.callOn(bus, Subjects.topicHandoff, request, { timeout: TRANSFER_TIMEOUT })),
         Effect.as(true),
         Effect.catchTag("TopicHandoffRefused", () => Effect.succeed(false)),
         Effect.catchAll(() =>

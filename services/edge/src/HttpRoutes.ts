@@ -136,8 +136,7 @@ export const make = (
             ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
           })
           runFork(
-            httpPeers.call(Subjects.http(service), request, { timeout: "10 seconds" }).pipe(
-              Effect.provideService(Bus.Bus, bus),
+            httpPeers.callOn(bus, Subjects.http(service), request, { timeout: "10 seconds" }).pipe(
               Effect.match({
                 onFailure: (e) =>
                   e._tag === "PeerUnavailable" && e.reason === "NoResponders"
