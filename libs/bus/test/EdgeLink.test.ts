@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as ActorClient from "@switchboard/testing/ActorClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import { randomUUID } from "node:crypto"
@@ -39,6 +40,28 @@ describe("the edge link (embedded bus)", () => {
       yield* eventually(Effect.sync(() => actor.events.includes("frame first")))
       expect(actor.restored).toBe(false)
       expect(actor.conn.edge).toBe(client.edge)
+    })))
+
+  it.live("an open that is not a Host.Open (bad JSON, wrong types, deep nesting, a megabyte of wrong types) is logged and dropped, unanswered; the host opens the next", () =>
+    onEmbeddedBus(Effect.gen(function*() {
+      const host = yield* echoing
+      const bus = yield* Bus
+      const headers = { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: "Open" }
+      const deep = `${"[".repeat(100_000)}${"]".repeat(100_000)}`
+      const bodies = [
+        "{not json",
+        JSON.stringify({ _tag: "Open", conn: 7, edge: "e", event: { path: "/x", query: {}, openedAt: 1 } }),
+        JSON.stringify({ _tag: "Open", conn: "c", edge: "e", event: deep }),
+        JSON.stringify({ _tag: "Open", conn: "c".repeat(1_000_000), edge: "e", event: { path: "/x", query: { a: 1 }, openedAt: 1 } })
+      ]
+      for (const body of bodies) {
+        const answer = yield* Effect.either(bus.request(Subjects.open("echo"), body, { headers, timeout: "200 millis" }))
+        expect(Either.isLeft(answer) && answer.left._tag).toBe("RequestTimeout")
+      }
+      expect(host.logs.filter((l) => l.includes("malformed Open")).length).toBe(bodies.length)
+      expect(host.actors.size).toBe(0)
+      const client = yield* ActorClient.open("echo", { path: "/after" })
+      expect(host.actors.has(client.conn)).toBe(true)
     })))
 
   it.live("a connection's send reaches its socket with its trace context; its close asks the edge, and the actor ends with that code", () =>
