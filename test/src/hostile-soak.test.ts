@@ -17,13 +17,13 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import * as Net from "node:net"
 import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
 import * as Inspector from "./support/Inspector.ts"
 import { type Envelope, join } from "./support/Participants.ts"
 import * as Processes from "./support/Processes.ts"
+import { allClosed, expectThat, repeatUntil, Tally } from "./support/Soak.ts"
 import { attach, call, client, echoing, extensionOf, type Message, next } from "./support/ProxyPeers.ts"
 import { namespace, token } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
@@ -36,28 +36,6 @@ const HEAP_SLACK = 2 * 1024 * 1024
 const deep = (depth: number) => `{"jsonrpc":"2.0","id":7,"method":"createTab","params":${"{\"a\":".repeat(depth)}1${"}".repeat(depth)}}`
 const deepEnvelope = (from: string, depth: number) =>
   `{"protocol":"mcpx/v0.1","id":"deep-${Math.random()}","from":"${from}","kind":"chat","payload":${"{\"a\":".repeat(depth)}1${"}".repeat(depth)}}`
-
-/** What the soak saw: successes per normal workload, refusals per attack, and anything that went wrong. */
-class Tally {
-  readonly counts = new Map<string, number>()
-  readonly failures: Array<string> = []
-  count(what: string) {
-    this.counts.set(what, (this.counts.get(what) ?? 0) + 1)
-  }
-  fail(what: string, detail: unknown) {
-    const text = typeof detail === "string" ? detail : JSON.stringify(detail)
-    if (this.failures.length < 50) this.failures.push(`${what}: ${text.slice(0, 400)}`)
-  }
-  /** Runs `check`; a defect or a failed expectation is recorded against `what` instead of ending the soak. */
-  run<E>(what: string, check: Effect.Effect<void, E>) {
-    return check.pipe(
-      Effect.matchCauseEffect({
-        onSuccess: () => Effect.sync(() => this.count(what)),
-        onFailure: (cause) => Effect.sync(() => this.fail(what, String(cause).split("\n")[0]))
-      })
-    )
-  }
-}
 
 /** The status line of one raw HTTP request, written as is to a fresh TCP connection. */
 const rawStatus = (port: number, request: string) =>
@@ -78,15 +56,6 @@ const rawStatus = (port: number, request: string) =>
   }).pipe(Effect.timeout("5 seconds"), Effect.orElseSucceed(() => "no answer within 5s"))
 
 const upgradeHeaders = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-
-/** Runs `body` again and again until `until` is done, pausing `pace` between rounds. */
-const repeatUntil = <E, R>(until: Deferred.Deferred<void>, pace: Duration.DurationInput, body: Effect.Effect<void, E, R>) =>
-  Effect.gen(function*() {
-    while (!(yield* Deferred.isDone(until))) {
-      yield* body
-      yield* Effect.sleep(pace)
-    }
-  })
 
 /** Every kind of traffic at once against `proc` until `duration` has passed; returns what it saw. */
 const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) =>
@@ -206,8 +175,6 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
     )
 
     // --- hostile traffic ---------------------------------------------------------------------
-
-    const expectThat = (ok: boolean, detail: unknown) => (ok ? Effect.void : Effect.dieMessage(JSON.stringify(detail).slice(0, 400)))
 
     yield* forkLoop(
       "hostile: malformed request targets",
@@ -386,14 +353,6 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
     yield* Scope.close(scope, Exit.void)
     return tally
   })
-
-/** Polls /metrics until the edge reports no open connection on any path. */
-const allClosed = (proc: Processes.EdgeProcess) =>
-  Effect.promise(() => fetch(`${proc.url}/metrics`).then((r) => r.text())).pipe(
-    Effect.flatMap((text) => (/^switchboard_edge_connections\{[^}]*\} [1-9]/m.test(text) ? Effect.fail("open") : Effect.void)),
-    Effect.retry({ schedule: Schedule.spaced("100 millis"), times: 200 }),
-    Effect.orDie
-  )
 
 describe("soak", () => {
   it.scopedLive("a minute of hostile and normal traffic: normal requests all succeed, the process stays up, the heap stays flat", () =>
