@@ -26,6 +26,7 @@ import * as Scope from "effect/Scope"
 import { mkdtemp, readFile, rm } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { createServer } from "node:http"
+import { connect as tcpConnect, createServer as createTcpServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -62,6 +63,39 @@ const pageServer = (pages: Readonly<Record<string, string>>, host = "127.0.0.1")
     }),
     (s) => Effect.sync(() => s.close())
   ).pipe(Effect.map((s) => s.url))
+
+/**
+ * A TCP relay to 127.0.0.1:`port` that keeps the request target of each connection's first
+ * request, as a proxy's access log would: the URLs the extension opens, token and all. Its URL
+ * (ws://) and the targets so far; closed with the scope.
+ */
+const recordingRelay = (port: number) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly ws: string; readonly targets: Array<string>; readonly close: () => void }>((resume) => {
+      const targets: Array<string> = []
+      const server = createTcpServer((client) => {
+        const upstream = tcpConnect(port, "127.0.0.1")
+        let head = ""
+        const firstLine = (chunk: Buffer) => {
+          head += chunk.toString("latin1")
+          const end = head.indexOf("\r\n")
+          if (end < 0) return
+          client.off("data", firstLine)
+          targets.push(head.slice(0, end).split(" ")[1] ?? "")
+        }
+        client.on("data", firstLine)
+        client.pipe(upstream).pipe(client)
+        client.on("error", () => upstream.destroy())
+        upstream.on("error", () => client.destroy())
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const at = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({ ws: `ws://127.0.0.1:${at}`, targets, close: () => server.close() }))
+      })
+    }),
+    (relay) => Effect.sync(() => relay.close())
+  )
 
 /** The extension's service worker, started with the browser, and the extension's id. */
 const serviceWorker = (context: BrowserContext) =>
@@ -410,6 +444,27 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("browser ex
         expect(textOf(yield* Effect.promise(() => client.callTool({ name: search, arguments: { q: "shoes" } })))).toBe(`${new URL(pages).host} search:shoes`)
         expect(yield* callsIn(other)).toEqual(["search:hats"])
         expect(yield* callsIn(shop)).toEqual(["search:socks", "later:", "search:shoes"])
+      })
+    )
+
+    it.scoped("a tab's socket carries no token in its URL: the extension authenticates with a first message", () =>
+      Effect.gen(function*() {
+        const { context, extensionId, pages, worker } = yield* ExtensionBrowser
+        const bus = yield* Layer.build(busLayer())
+        const port = yield* freePort
+        const { ws } = yield* switchboard(bus, port, extensionId)
+        // The extension reaches the edge only through the relay, which sees every URL it opens.
+        const relay = yield* recordingRelay(port)
+        yield* configure(worker, relay.ws, "quinn")
+        yield* open(context, `${pages}/shop.html`)
+        const search = toolName(pages, "search", yield* tabIdOf(worker, `${pages}/shop.html`))
+        const { client } = yield* hub(ws, "quinn")
+        yield* toolsUntil(client, (n) => n.includes(search))
+        expect(textOf(yield* Effect.promise(() => client.callTool({ name: search, arguments: { q: "boots" } })))).toBe(`${new URL(pages).host} search:boots`)
+        const tabs = relay.targets.filter((t) => t.startsWith("/tabs"))
+        expect(tabs.length).toBeGreaterThan(0)
+        expect(tabs.filter((t) => t !== "/tabs")).toEqual([])
+        expect(relay.targets.filter((t) => t.includes("token"))).toEqual([])
       })
     )
 

@@ -99,7 +99,9 @@ const socketPaths = (userToken: string): ReadonlyArray<readonly [string, Readonl
   ["/extension", []],
   ["/hub", ["mcp"]],
   [`/v0/ws?topic=lobby&token=${userToken}`, []],
-  [`/tabs?token=${userToken}`, []]
+  [`/tabs?token=${userToken}`, []],
+  // Anonymous until its first message authenticates it, as the extension's tab bridge connects.
+  ["/tabs", []]
 ]
 
 /**

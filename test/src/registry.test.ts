@@ -15,6 +15,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
@@ -461,8 +462,9 @@ describe("/tabs: what a tab may send", () => {
       const elsewhere = yield* rawTab(ws, "alice", "https://evil.example.com")
       elsewhere.send(hello(1, "https://bank.example.com/"))
       expect(yield* closedWith(elsewhere)).toMatchObject({ code: 1008, reason: expect.stringContaining("Origin") })
-      const unauthenticated = yield* connect(`${ws}/tabs`).pipe(Effect.flip)
-      expect(unauthenticated).toMatchObject({ status: 401 })
+      // A token on the upgrade is still checked (old clients): a bad one never gets a socket.
+      const badToken = yield* connect(`${ws}/tabs?token=not-a-jwt`).pipe(Effect.flip)
+      expect(badToken).toMatchObject({ status: 401 })
     }))
 
   it.scopedLive("an answer from a tab other than the one called is dropped", () =>
@@ -538,5 +540,102 @@ describe("/tabs: what a tab may send", () => {
       const { client } = yield* hub(wsOf(ctx), "alice")
       yield* toolsUntil(client, (n) => n.length === 1)
       yield* toolsUntil(client, (n) => n.length === 0)
+    }))
+})
+
+describe("/tabs: a tab bridge authenticates in-band", () => {
+  const authenticate = (t: string, id?: string) => ({ jsonrpc: "2.0", ...(id === undefined ? {} : { id }), method: "authenticate", params: { token: t } })
+  const hello = (tabId: number, url: string, id?: string) => ({ jsonrpc: "2.0", ...(id === undefined ? {} : { id }), method: "browser/hello", params: { tabId, url } })
+  const register = (names: ReadonlyArray<string>, id?: string) => ({
+    jsonrpc: "2.0",
+    ...(id === undefined ? {} : { id }),
+    method: "browser/registerTools",
+    params: { tools: names.map((name) => ({ name, inputSchema: { type: "object" } })) }
+  })
+  const tabRecord = (ctx: Context.Context<Kv.Kv>, user: string, domain: string, tabId: number) =>
+    Effect.flatMap(Context.get(ctx, Kv.Kv).bucket(Subjects.Bucket.tabs), (tabs) => tabs.get(Subjects.Key.tab(user, domain, tabId)))
+
+  it.scopedLive("a socket with no token in its URL that sends authenticate first registers tools the same user's /hub sees and calls", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const bridge = yield* tab(ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/", auth: "in-band" })
+      const { client } = yield* hub(ws, "alice")
+      yield* toolsUntil(client, (n) => n.includes("website_tool_shop_example_com_tab1_getCart"))
+      expect(textOf(yield* call(client, "website_tool_shop_example_com_tab1_getCart", "in-band"))).toBe("shop:getCart:in-band")
+      expect(bridge.executed).toHaveLength(1)
+
+      // As a request, authenticate is answered, as on /hub; then the tab goes on as any other.
+      const raw = yield* connect(`${ws}/tabs`)
+      raw.send(authenticate(yield* token({ sub: "alice" }), "auth"))
+      expect(yield* raw.next).toEqual({ jsonrpc: "2.0", id: "auth", result: {} })
+      raw.send(hello(2, "https://shop.example.com/", "h"))
+      expect(yield* raw.next).toEqual({ jsonrpc: "2.0", id: "h", result: { domain: "shop.example.com", tabId: 2 } })
+      raw.send(register(["search"], "r"))
+      expect(yield* raw.next).toMatchObject({ id: "r", result: { registered: 1 } })
+      yield* toolsUntil(client, (n) => n.includes("website_tool_shop_example_com_tab2_search"))
+    }))
+
+  it.scopedLive("another user's token registers the tab under that user only", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      yield* tab(ws, page("bob", ["secret"]), { user: "bob", tabId: 1, url: "https://bank.example.com/", auth: "in-band" })
+      const bob = yield* hub(ws, "bob")
+      yield* toolsUntil(bob.client, (n) => n.length === 1)
+      expect(textOf(yield* call(bob.client, "website_tool_bank_example_com_tab1_secret"))).toBe("bob:secret:")
+      const alice = yield* hub(ws, "alice")
+      expect((yield* Effect.promise(() => alice.client.listTools())).tools).toEqual([])
+      expect((yield* callError(alice.client, "website_tool_bank_example_com_tab1_secret"))?.code).toBe(RegistryProtocol.TabNotFound)
+    }))
+
+  it.scopedLive("frames before authenticate are refused with 1008 and nothing they asked for is done", () =>
+    Effect.gen(function*() {
+      const ctx = yield* build()
+      const ws = wsOf(ctx)
+      const early = yield* connect(`${ws}/tabs`)
+      early.send(hello(1, "https://early.example.com/", "h"))
+      early.send(register(["grab"], "r"))
+      early.send(authenticate(yield* token({ sub: "alice" })))
+      expect(yield* closedWith(early)).toEqual({ code: 1008, reason: "Authentication required: send authenticate first, or connect with ?token=" })
+      // Not answered, not stored: the hello and the tools went nowhere.
+      expect(yield* Queue.size(early.messages)).toBe(0)
+      expect(Option.isNone(yield* tabRecord(ctx, "alice", "early.example.com", 1))).toBe(true)
+      const { client } = yield* hub(ws, "alice")
+      expect((yield* Effect.promise(() => client.listTools())).tools).toEqual([])
+
+      // A spoofed answer to some hub's call is no better.
+      const spoof = yield* connect(`${ws}/tabs`)
+      spoof.send({ jsonrpc: "2.0", id: "00000000-0000-4000-8000-000000000000:1", result: { success: true, payload: {} } })
+      expect(yield* closedWith(spoof)).toMatchObject({ code: 1008, reason: expect.stringContaining("Authentication required") })
+    }))
+
+  it.scopedLive("a bad token, or none, in authenticate closes with 1008 and says why", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const bad = yield* connect(`${ws}/tabs`)
+      bad.send(authenticate("not-a-jwt", "a"))
+      expect(yield* closedWith(bad)).toMatchObject({ code: 1008, reason: expect.stringMatching(/^Authentication failed: ./) })
+      expect(yield* Queue.size(bad.messages)).toBe(0)
+
+      const empty = yield* connect(`${ws}/tabs`)
+      empty.send({ jsonrpc: "2.0", method: "authenticate", params: {} })
+      expect(yield* closedWith(empty)).toEqual({ code: 1008, reason: "Authentication failed: authenticate needs params.token" })
+
+      // Once authenticated, a socket cannot become another user's.
+      const switching = yield* connect(`${ws}/tabs`)
+      switching.send(authenticate(yield* token({ sub: "alice" }), "1"))
+      expect(yield* switching.next).toEqual({ jsonrpc: "2.0", id: "1", result: {} })
+      switching.send(authenticate(yield* token({ sub: "bob" }), "2"))
+      expect(yield* closedWith(switching)).toEqual({ code: 1008, reason: "Authentication failed: a session cannot change its user" })
+    }))
+
+  it.scopedLive("a socket that never authenticates is closed with 1008 after REGISTRY_AUTH_TIMEOUT, and so is one that authenticated but never said hello", () =>
+    Effect.gen(function*() {
+      const ws = yield* start({ REGISTRY_AUTH_TIMEOUT: "300 millis" })
+      const silent = yield* connect(`${ws}/tabs`)
+      expect(yield* closedWith(silent)).toEqual({ code: 1008, reason: "Authentication failed: no authenticate message in time" })
+      const noHello = yield* connect(`${ws}/tabs`)
+      noHello.send(authenticate(yield* token({ sub: "alice" }), "a"))
+      expect(yield* noHello.next).toEqual({ jsonrpc: "2.0", id: "a", result: {} })
+      expect(yield* closedWith(noHello)).toMatchObject({ code: 1008, reason: expect.stringContaining("browser/hello") })
     }))
 })

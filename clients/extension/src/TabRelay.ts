@@ -1,6 +1,7 @@
 /**
  * The service worker's half of the MCP-B bridge: one `/tabs` socket per tab whose page serves MCP,
- * opened when the tab's content script first reports tools. It says `browser/hello` with the tab's
+ * opened when the tab's content script first reports tools. It authenticates with a first
+ * `authenticate` message rather than a token in the URL, which proxies log, says `browser/hello` with the tab's
  * real id, url and title (from `chrome.tabs`, never from the page), relays the page's tools, carries
  * `browser/executeTool` (and its cancellation) to the page and its progress and result back, and
  * tells the registry when the tab is activated. The socket closes with the tab or its page; it
@@ -122,11 +123,14 @@ class TabLink {
     // The registry takes http(s) pages only; any other would be refused again on every retry.
     const tab = await chrome.tabs.get(this.tabId).catch(() => undefined)
     if (tab?.url === undefined || !/^https?:/.test(tab.url) || this.closed || this.socket !== undefined) return
-    url.searchParams.set("token", settings.token)
+    const token = settings.token
     const ws = new WebSocket(url)
     this.socket = ws
     this.registered = false
     ws.onopen = () => {
+      // On this socket, first: the registry acts on nothing before it. A notification, so no answer
+      // resets the backoff; a refused token closes with 1008 and is retried like any other drop.
+      ws.send(JSON.stringify({ jsonrpc: "2.0", method: "authenticate", params: { token } }))
       void this.hello().then(() => {
         if (this.socket === ws) this.relayTools()
       })

@@ -209,6 +209,24 @@ export type ToolsListParams = typeof ToolsListParams.Type
 export const InitializeParams = Schema.Struct({ protocolVersion: Schema.optional(Schema.String) })
 export type InitializeParams = typeof InitializeParams.Type
 
+/** The method a `/hub` or `/tabs` socket without a token at its upgrade sends first. */
+export const Authenticate = "authenticate"
+
+/**
+ * `authenticate`'s params, on `/hub` and `/tabs` alike: the token, as `token` or under the names
+ * MCP over WebSocket's clients use (`accessToken`, `access_token`). A field of another type makes
+ * the message no authentication at all, rather than falling through to the next name.
+ */
+export const AuthenticateParams = Schema.Struct({
+  token: Schema.optional(Schema.String),
+  accessToken: Schema.optional(Schema.String),
+  access_token: Schema.optional(Schema.String)
+})
+export type AuthenticateParams = typeof AuthenticateParams.Type
+
+/** The token an `authenticate` message carries, if any. */
+export const tokenOf = (params: AuthenticateParams): string | undefined => params.token ?? params.accessToken ?? params.access_token
+
 /** `notifications/cancelled` from a client: a reason that is not a string is dropped, not refused. */
 export const CancelledParams = Schema.Struct({
   requestId: Id,

@@ -28,8 +28,9 @@ export const standard: RouteTable = {
   "/extension": { service: "router", auth: "in-band", traceInbound: false },
   "/mcp": { service: "router", auth: "in-band", traceInbound: true },
   "/v0/ws": { service: "broker", auth: "upgrade", traceInbound: true },
-  // Tabs mostly answer the hub's calls, whose traces the registry continues.
-  "/tabs": { service: "registry", auth: "upgrade", traceInbound: false },
+  // Tabs mostly answer the hub's calls, whose traces the registry continues. A token at the
+  // upgrade is still taken (older bridges); the extension authenticates in-band, keeping it out of URLs.
+  "/tabs": { service: "registry", auth: "optional", traceInbound: false },
   "/hub": { service: "registry", auth: "optional", subprotocol: "mcp", traceInbound: true }
 }
 

@@ -14,7 +14,7 @@ export const staleTabAge = Settings.duration("REGISTRY_STALE_TAB_AGE", "1 hour",
 export const authTimeout = Settings.duration(
   "REGISTRY_AUTH_TIMEOUT",
   "10 seconds",
-  "How long a /hub socket without a token has to send authenticate, and a /tabs socket browser/hello"
+  "How long a /hub socket without a token has to send authenticate, and a /tabs socket to send authenticate (without a token) and browser/hello"
 )
 export const pageSize = Settings.positiveInt("REGISTRY_PAGE_SIZE", 100, "Tools per tools/list page")
 export const pageBytes = Settings.positiveInt(

@@ -15,6 +15,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
+import * as Authenticate from "./Authenticate.ts"
 import * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
 import { failure, LIST_CHANGED, result, sameJson } from "./Replies.ts"
@@ -49,7 +50,7 @@ const sameList = (a: Naming.Aggregate, b: Naming.Aggregate) =>
  * session (issue 16). It is also what its calls see of it (`ToolCall.Session`) and what its user's
  * view tells of a change (`Views.Listener`).
  */
-class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Session, Views.Listener {
+class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Session, Views.Listener, Authenticate.Authenticating {
   private currentUser: string | undefined
   private currentView: Views.View | undefined
   /** Set once `initialize` was answered. */
@@ -144,8 +145,14 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
     return Effect.map(this.ensureCalls(), (calls) => calls.resume(handedOver, this.transport) > 0)
   }
 
-  private close(code: number, reason: string) {
+  close(code: number, reason: string) {
     this.transport.close(code, reason)
+  }
+
+  /** The user its first `authenticate` verified: it follows that user's view from now on. */
+  authenticated(user: string) {
+    this.authTimer?.cancel()
+    return Effect.zipRight(this.attach(user), this.replica.remember(this.conn, { role: "hub", user }))
   }
 
   // --- requests -------------------------------------------------------------------------------
@@ -196,25 +203,6 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
     return user === undefined ? undefined : this.replica.remember(this.conn, { role: "hub", user, protocolVersion: version })
   }
 
-  private authenticate(message: JsonRpc.Request | JsonRpc.Notification, id: JsonRpc.Id | undefined, ex: HubTransport.Exchange) {
-    return Effect.gen(this, function*() {
-      const params = isRecord(message.params) ? message.params : {}
-      const token = params["token"] ?? params["accessToken"] ?? params["access_token"]
-      if (typeof token !== "string") return this.close(CloseCode.PolicyViolation, "Authentication failed: authenticate needs params.token")
-      const claims = yield* Effect.either(this.replica.auth.verify(token))
-      if (Either.isLeft(claims)) return this.close(CloseCode.PolicyViolation, `Authentication failed: ${claims.left.reason}`)
-      if (this.currentUser !== undefined && claims.right.sub !== this.currentUser) {
-        return this.close(CloseCode.PolicyViolation, "Authentication failed: a session cannot change its user")
-      }
-      if (this.currentView === undefined) {
-        this.authTimer?.cancel()
-        yield* this.attach(claims.right.sub)
-        yield* this.replica.remember(this.conn, { role: "hub", user: claims.right.sub })
-      }
-      if (id !== undefined) ex.reply(result(id, {}))
-    })
-  }
-
   private onRequest(request: JsonRpc.Request, frame: Actors.Frame, ex: HubTransport.Exchange): Effect.Effect<void> | void {
     if (frame.limited) return ex.reply(failure(request.id, ErrorCode.ServerError, "Rate limit exceeded"))
     switch (request.method) {
@@ -222,8 +210,8 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
         return this.initialize(request, ex)
       case "ping":
         return ex.reply(result(request.id, {}))
-      case "authenticate":
-        return this.authenticate(request, request.id, ex)
+      case Registry.Authenticate:
+        return Authenticate.authenticate(this.replica.auth, this, request.params, request.id, ex.reply)
     }
     if (this.protocolVersion === undefined) {
       return ex.reply(failure(request.id, ErrorCode.InvalidRequest, "Invalid Request: the session is not initialized; send initialize first"))
@@ -271,13 +259,9 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
       return transport.kind === "ws" ? this.close(CloseCode.ProtocolError, decoded.left.error.message) : undefined
     }
     const incoming = decoded.right
+    if (this.currentView === undefined) return Authenticate.beforeUser(this.replica.auth, this, incoming, ex.reply)
     if (incoming._tag === "Response") return // the hub asks clients nothing
     const message = incoming.message
-    const id = incoming._tag === "Request" ? incoming.message.id : undefined
-    if (this.currentView === undefined) {
-      if (message.method === "authenticate") return this.authenticate(message, id, ex)
-      return this.close(CloseCode.PolicyViolation, "Authentication required: send authenticate first, or connect with ?token=")
-    }
     if (incoming._tag === "Request") return this.onRequest(incoming.message, frame, ex)
     if (message.method === "notifications/cancelled") {
       // A malformed cancel names no call this session could find: it is ignored, as MCP asks.
@@ -348,7 +332,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       yield* session.attach(user)
       yield* remember(conn, { role: "hub", user })
     }
-    if (session.view() === undefined) session.authTimer = yield* deadline(conn, "Authentication failed: no authenticate message in time")
+    if (session.view() === undefined) session.authTimer = yield* deadline(conn, Authenticate.NotInTime)
 
     // A tab that closed while the session moved: its calls are retried, as on any wake.
     // Made at once for a handed-over session, whose call ids go on from the old owner's.

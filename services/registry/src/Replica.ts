@@ -65,8 +65,9 @@ export const make = Effect.gen(function*() {
     connections: yield* kv.bucket(Subjects.Bucket.connections),
     views: yield* Views.make,
     ...sessions,
-    /** Closes the socket unless it has said who it is in time. */
-    deadline: (conn: Actors.Connection, reason: string) => ActorTimer.after(config.authTimeout, () => conn.close(Edge.CloseCode.PolicyViolation, reason))
+    /** Closes the socket unless it has said who it is in time; `reason` may depend on how far it got. */
+    deadline: (conn: Actors.Connection, reason: string | (() => string)) =>
+      ActorTimer.after(config.authTimeout, () => conn.close(Edge.CloseCode.PolicyViolation, typeof reason === "string" ? reason : reason()))
   }
 })
 

@@ -1,15 +1,17 @@
 /**
- * The actor of a tab bridge's socket (`/tabs`): the tab says who it is (`browser/hello`), registers
+ * The actor of a tab bridge's socket (`/tabs`): the bridge authenticates (a token at the upgrade,
+ * or an `authenticate` message first, `Authenticate.ts`), the tab says who it is (`browser/hello`), registers
  * its page's tools, and keeps them in KV (user → domain → tab) while its socket is open. The tab's
  * answers to calls go on to the `/hub` session that asked, told as `Registry.FromTab` (`ToolCall.ts`).
  */
-import { Actors, type ActorTimer, Subjects } from "@switchboard/bus"
+import { type Actors, type ActorTimer, Subjects } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as Authenticate from "./Authenticate.ts"
 import * as Rejections from "./Rejections.ts"
 import * as Replica from "./Replica.ts"
 import { failure, result, sameJson } from "./Replies.ts"
@@ -49,22 +51,37 @@ export const hostOf = (url: string): string | undefined => {
  * One tab's actor, once built. A class, so that every tab shares its handlers: as closures over
  * the actor's variables they were nine functions and a large context per idle tab (issue 16).
  */
-class Tab implements Actors.Actor {
+class Tab implements Actors.Actor, Authenticate.Authenticating {
   private tab: Registry.TabRecord | undefined
   private key = ""
   /** The cached tools this actor last wrote, so re-registering the same list writes nothing; made with the first. */
   private written: Map<string, Registry.CachedToolRecord> | undefined
   /** What the tab sends wrong is logged at this rate, however fast it sends it; made with the first warning. */
   private warnings: WarningThrottle | undefined
+  /** Closes the socket unless it authenticated and said hello in time; cancelled by its hello. */
   helloTimer: ActorTimer.ActorTimer | undefined
 
   constructor(
     private readonly replica: Replica.Replica,
     readonly conn: Actors.Connection,
-    private readonly user: string,
+    /** From the upgrade's token or the record of an adopted tab; none until `authenticate` otherwise. */
+    private currentUser: string | undefined,
     /** The host of the socket's Origin, which the tab's url must match. */
     private readonly origin: string | undefined
   ) {}
+
+  user() {
+    return this.currentUser
+  }
+  /** Its first `authenticate`: the tab is this user's. Its deadline runs on, for hello. */
+  authenticated(user: string) {
+    return Effect.sync(() => {
+      this.currentUser = user
+    })
+  }
+  close(code: number, reason: string) {
+    this.conn.close(code, reason)
+  }
 
   /** The tab this actor had, when it is adopted and its KV record still names its connection. */
   restore(key: string, record: Registry.TabRecord) {
@@ -98,9 +115,9 @@ class Tab implements Actors.Actor {
     return id === undefined ? this.warn(message) : Effect.sync(() => this.conn.send(failure(id, code, message)))
   }
 
-  private hello(params: unknown, id: JsonRpc.Id | undefined) {
+  private hello(user: string, params: unknown, id: JsonRpc.Id | undefined) {
     return Effect.gen(this, function*() {
-      const { conn, user } = this
+      const { conn } = this
       const decoded = decodeHello(params ?? {})
       if (Either.isLeft(decoded)) {
         return conn.close(CloseCode.ProtocolError, `${Method.hello}: expected {tabId, url, title?, active?}`)
@@ -185,7 +202,7 @@ class Tab implements Actors.Actor {
         const last = written?.get(tool.name)
         if (last !== undefined && last.url === url && sameJson(last.tool, tool)) continue
         ;(this.written ??= new Map()).set(tool.name, record)
-        yield* cachedTools.put(Subjects.Key.cachedTool(this.user, current.domain, tool.name), record).pipe(
+        yield* cachedTools.put(Subjects.Key.cachedTool(current.user, current.domain, tool.name), record).pipe(
           Effect.catchAll((e) => Effect.logWarning(`could not cache tool ${tool.name}`, e))
         )
       }
@@ -206,6 +223,10 @@ class Tab implements Actors.Actor {
     const decoded = JsonRpc.decodeFrame(frame.text)
     if (Either.isLeft(decoded)) return this.conn.send(JsonRpc.encode(decoded.left))
     const incoming = decoded.right
+    const user = this.currentUser
+    const send = this.conn.send
+    // Before its user is known, a socket's frames are not acted on: not even an answer is routed.
+    if (user === undefined) return Authenticate.beforeUser(this.replica.auth, this, incoming, send)
     const message = incoming.message as Record<string, unknown>
     if (incoming._tag === "Response") return this.toHub(frame, message, message["id"])
     const { method, params } = incoming.message as JsonRpc.Notification
@@ -213,7 +234,8 @@ class Tab implements Actors.Actor {
     if (method === "notifications/progress") return this.toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
     if (method === "notifications/cancelled") return this.toHub(frame, message, isRecord(params) ? params["requestId"] : undefined)
     if (frame.limited) return this.refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
-    if (method === Method.hello) return this.hello(params, id)
+    if (method === Registry.Authenticate) return Authenticate.authenticate(this.replica.auth, this, params, id, send)
+    if (method === Method.hello) return this.hello(user, params, id)
     const current = this.tab
     if (current === undefined) return this.refuse(id, ErrorCode.InvalidRequest, `Invalid Request: send ${Method.hello} first`)
     switch (method) {
@@ -240,15 +262,17 @@ class Tab implements Actors.Actor {
 export const make = (replica: Replica.Replica) => (conn: Actors.Connection, restored: boolean) =>
   Effect.gen(function*() {
     const { deadline, recall, tabs } = replica
-    const user = conn.user
-    if (user === undefined) return yield* Effect.fail(new Actors.Refuse(CloseCode.PolicyViolation, "Authentication required"))
-    const tab = new Tab(replica, conn, user, conn.open.origin === undefined ? undefined : hostOf(conn.open.origin))
     const saved = restored ? yield* recall(conn) : Option.none()
-    if (Option.isSome(saved) && saved.value.role === "tab") {
-      const key = Subjects.Key.tab(user, saved.value.domain, saved.value.tabId)
+    const remembered = Option.isSome(saved) && saved.value.role === "tab" ? saved.value : undefined
+    // An adopted tab that authenticated in-band has no user at the upgrade: its record names it.
+    const user = conn.user ?? remembered?.user
+    const tab = new Tab(replica, conn, user, conn.open.origin === undefined ? undefined : hostOf(conn.open.origin))
+    if (remembered !== undefined && remembered.user === user) {
+      const key = Subjects.Key.tab(user, remembered.domain, remembered.tabId)
       const found = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
       if (Option.isSome(found) && found.value.value.conn === conn.id) tab.restore(key, found.value.value)
     }
-    if (!tab.registered) tab.helloTimer = yield* deadline(conn, `${Method.hello} expected first`)
+    // One deadline for both steps: a socket without a token must authenticate and say hello within it.
+    if (!tab.registered) tab.helloTimer = yield* deadline(conn, () => (tab.user() === undefined ? Authenticate.NotInTime : `${Method.hello} expected first`))
     return tab
   })

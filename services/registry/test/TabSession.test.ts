@@ -41,10 +41,13 @@ describe("the tab session", () => {
       expect(yield* spoofed.closedByService).toEqual({ code: 1008, reason: "the tab's url (bank.example) does not match its Origin (evil.example)" })
     })))
 
-  it.live("refuses a tab socket without a verified user", () =>
+  it.live("takes a tab socket without a verified user, but acts on nothing it sends before authenticate", () =>
     withRegistry(Effect.gen(function*() {
-      const refused = yield* ActorClient.refusal("registry", { path: "/tabs" })
-      expect(Option.map(refused, (r) => [r.code, r.reason])).toEqual(Option.some([1008, "Authentication required"]))
+      const anonymous = yield* ActorClient.open("registry", { path: "/tabs" })
+      yield* anonymous.send({ jsonrpc: "2.0", id: 1, method: "browser/hello", params: { tabId: 1, url: "https://shop.example.com/" } })
+      expect(yield* anonymous.closedByService).toEqual({ code: 1008, reason: "Authentication required: send authenticate first, or connect with ?token=" })
+      expect(yield* anonymous.pending).toBe(0)
+      expect(Option.isNone(yield* tabRecord("alice", "shop.example.com", 1))).toBe(true)
     })))
 
   it.live("removes the tab's entry when its socket closes, and a reload's socket replaces the old one", () =>

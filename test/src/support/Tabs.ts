@@ -32,6 +32,11 @@ export interface TabOptions {
   readonly active?: boolean
   /** Sent as the socket's Origin header. */
   readonly origin?: string
+  /**
+   * How the bridge gives its token: in the URL (`?token=`, as older clients do) or in-band, as an
+   * `authenticate` message before anything else (as the extension does).
+   */
+  readonly auth?: "query" | "in-band"
 }
 
 export interface Executed {
@@ -59,13 +64,15 @@ export class TabBridge {
     await server.connect(pageSide)
     const page = new Client({ name: "test-tab-bridge", version: "0.0.0" })
     await page.connect(bridgeSide)
-    const socket = new WebSocket(`${ws}/tabs?token=${options.token}`, options.origin === undefined ? {} : { origin: options.origin })
+    const inBand = options.auth === "in-band"
+    const socket = new WebSocket(inBand ? `${ws}/tabs` : `${ws}/tabs?token=${options.token}`, options.origin === undefined ? {} : { origin: options.origin })
     await new Promise<void>((resolve, reject) => {
       socket.once("open", () => resolve())
       socket.once("error", reject)
       socket.once("unexpected-response", (_req, res) => reject(new Error(`upgrade refused with ${res.statusCode}`)))
     })
     const bridge = new TabBridge(socket, page)
+    if (inBand) bridge.send({ jsonrpc: "2.0", method: "authenticate", params: { token: options.token } })
     bridge.send({
       jsonrpc: "2.0",
       method: "browser/hello",
