@@ -306,4 +306,36 @@ describe("Streamable HTTP responses nobody reads", () => {
       yield* tab(proc.ws, page("later", ["t"]), { user: "mallory", tabId: 2, url: "https://later.example.com/" })
       expect(JSON.parse((yield* stream.next).data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
     }))
+
+  it.scopedLive("a client that reads gets an answer larger than EDGE_OUTBOUND_HWM, as JSON and as SSE after progress", () =>
+    Effect.gen(function*() {
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, env: { EDGE_OUTBOUND_HWM: String(64 * 1024) } }))
+      const edge = Context.get(ctx, Edge.EdgeServer)
+      const big = "y".repeat(MiB)
+      // The bound is the tab's socket's too, so the tab gets small calls; its answers are large.
+      const server = new McpServer({ name: "big", version: "1.0.0" })
+      server.registerTool("big", { inputSchema: {} }, async (_args, extra) => {
+        const progressToken = extra._meta?.progressToken
+        if (progressToken !== undefined) await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: 1 } })
+        return { content: [{ type: "text" as const, text: big }] }
+      })
+      yield* tab(edge.url.replace("http", "ws"), server, { user: "alice", tabId: 1, url: "https://big.example.com/" })
+      const t = yield* token({ sub: "alice" })
+      const client = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const c = new Client({ name: "reader", version: "0.0.0" })
+          await c.connect(new StreamableHTTPClientTransport(new URL(`${edge.url}/hub`), { requestInit: { headers: { Authorization: `Bearer ${t}` } } }))
+          return c
+        }),
+        (c) => Effect.promise(() => c.close())
+      )
+      const [tool] = yield* toolsUntil(client, (names) => names.length === 1)
+      const name = tool?.name ?? ""
+      expect(textOf(yield* Effect.promise(() => client.callTool({ name, arguments: {} })))).toBe(big)
+      const progress: Array<number> = []
+      const streamed = yield* Effect.promise(() => client.callTool({ name, arguments: {} }, undefined, { onprogress: (p) => void progress.push(p.progress) }))
+      expect(textOf(streamed)).toBe(big)
+      expect(progress).toEqual([1])
+      expect(yield* cuts({ url: edge.url }, "buffer")).toBe(0)
+    }))
 })
