@@ -307,6 +307,30 @@ describe("Streamable HTTP responses nobody reads", () => {
       expect(JSON.parse((yield* stream.next).data)).toEqual({ jsonrpc: "2.0", method: "notifications/tools/list_changed" })
     }))
 
+  it.scopedLive("a JSON answer its client never reads is cut once its bytes stop moving for EDGE_HTTP_WRITE_STALL", () =>
+    Effect.gen(function*() {
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, env: { EDGE_HTTP_WRITE_STALL: "1 second" } }))
+      const edge = Context.get(ctx, Edge.EdgeServer)
+      // Twice what the kernel's socket buffers take between the two ends, so that most of it waits at the edge.
+      const server = new McpServer({ name: "big", version: "1.0.0" })
+      server.registerTool("big", { inputSchema: {} }, () => Promise.resolve({ content: [{ type: "text" as const, text: "z".repeat(8 * MiB) }] }))
+      yield* tab(edge.url.replace("http", "ws"), server, { user: "mallory", tabId: 1, url: "https://big.example.com/" })
+      const t = yield* token({ sub: "mallory" })
+      const id = yield* session(edge.url, t)
+      yield* unreadRequest(
+        edge.port,
+        `POST /hub HTTP/1.1\r\nAuthorization: Bearer ${t}\r\nContent-Type: application/json\r\nAccept: ${BOTH}\r\nMcp-Session-Id: ${id}\r\nMCP-Protocol-Version: ${VERSION}\r\n`,
+        JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "website_tool_big_example_com_tab1_big", arguments: {} } })
+      )
+      const stalled = yield* cuts({ url: edge.url }, "stall").pipe(
+        Effect.filterOrFail((n) => n > 0),
+        Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("15 seconds"))),
+        Effect.orElseSucceed(() => 0)
+      )
+      expect(stalled).toBe(1)
+      expect(yield* cuts({ url: edge.url }, "buffer")).toBe(0)
+    }))
+
   it.scopedLive("a client that reads gets an answer larger than EDGE_OUTBOUND_HWM, as JSON and as SSE after progress", () =>
     Effect.gen(function*() {
       const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, env: { EDGE_OUTBOUND_HWM: String(64 * 1024) } }))
