@@ -1,9 +1,10 @@
 /**
- * Streamable HTTP responses that their client never reads (issue 26, item 1): `npm start`'s
- * process as a real child, a real tab, and a raw TCP client that sends its request and then stops
- * reading. The edge must cut such a response at `EDGE_OUTBOUND_HWM` (or once its bytes stop moving
- * for `EDGE_HTTP_WRITE_STALL`), tell the tab that the call is cancelled, and keep its memory, while
- * another user's calls go on as before.
+ * Streamable HTTP responses that their client never reads (issue 26, item 1): a raw TCP client
+ * sends its request and then stops reading. The edge must cut such a response at
+ * `EDGE_OUTBOUND_HWM` (or once its bytes stop moving for `EDGE_HTTP_WRITE_STALL`), cancel a POST's
+ * request towards the tab, and keep its memory, while another user's calls go on as before. The
+ * memory checks run against `npm start`'s process as a real child, read through its inspector;
+ * the rest against an edge and registry in this process.
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
