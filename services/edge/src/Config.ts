@@ -51,7 +51,7 @@ export const pingInterval = Settings.duration("EDGE_PING_INTERVAL", "30 seconds"
 export const outboundHighWaterMark = Settings.positiveInt(
   "EDGE_OUTBOUND_HWM",
   8 * 1024 * 1024,
-  "Bytes buffered towards one socket before it is closed with 1013 as a slow consumer"
+  "Bytes buffered towards one socket before it is closed with 1013 as a slow consumer, or towards one Streamable HTTP response before it is cut"
 )
 export const rateLimit = Settings.positiveNumber("EDGE_RATE_LIMIT", 50_000, "Frames per second per connection before frames are marked rate-limited")
 export const rateBurst = Settings.atLeast("EDGE_RATE_BURST", 100_000, "Burst allowance per connection, in frames", rateLimit, "EDGE_RATE_LIMIT")
@@ -99,6 +99,15 @@ export const httpResponseTimeout = Settings.duration(
   "EDGE_HTTP_RESPONSE_TIMEOUT",
   "5 minutes",
   "How long a Streamable HTTP request waits for its session's next message before it is answered 504 (or its SSE stream ends)"
+)
+/**
+ * A response the client has stopped reading holds what is written to it. Past EDGE_OUTBOUND_HWM
+ * it is cut at once; this catches the slower case, bytes that sit unmoved below the bound.
+ */
+export const httpWriteStall = Settings.duration(
+  "EDGE_HTTP_WRITE_STALL",
+  "30 seconds",
+  "How long bytes may wait, unmoved, in a Streamable HTTP response before the response is cut (and a POST's request cancelled)"
 )
 export const httpSessionCache = Settings.nonNegativeDuration(
   "EDGE_HTTP_SESSION_CACHE",

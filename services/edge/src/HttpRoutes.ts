@@ -76,7 +76,8 @@ export const make = (
         openTimeout: options.openTimeout,
         runFork,
         logCaught,
-        countFrame: options.turn.count
+        countFrame: options.turn.count,
+        metrics
       })
 
     const embed = yield* Embed.make

@@ -5,6 +5,8 @@ const BUCKETS = [0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 
 export class EdgeMetrics {
   readonly open = new Map<string, number>()
   readonly closes = new Map<number, number>()
+  /** Streamable HTTP responses the edge cut because their client stopped reading, by why. */
+  readonly httpCuts = new Map<"buffer" | "stall", number>()
   framesIn = 0
   framesOut = 0
   bytesIn = 0
@@ -20,6 +22,9 @@ export class EdgeMetrics {
   closed(path: string, code: number) {
     this.open.set(path, (this.open.get(path) ?? 1) - 1)
     this.closes.set(code, (this.closes.get(code) ?? 0) + 1)
+  }
+  httpCut(reason: "buffer" | "stall") {
+    this.httpCuts.set(reason, (this.httpCuts.get(reason) ?? 0) + 1)
   }
   observePublish(seconds: number) {
     this.publishCount++
@@ -44,6 +49,8 @@ export class EdgeMetrics {
     lines.push(`switchboard_edge_rate_limited_total ${this.rateLimited}`)
     metric("switchboard_edge_closes_total", "counter", "Closed connections by close code")
     for (const [code, n] of this.closes) lines.push(`switchboard_edge_closes_total{code="${code}"} ${n}`)
+    metric("switchboard_edge_http_responses_cut_total", "counter", "Streamable HTTP responses cut because their client stopped reading (buffer: over EDGE_OUTBOUND_HWM; stall: unmoved for EDGE_HTTP_WRITE_STALL)")
+    for (const reason of ["buffer", "stall"] as const) lines.push(`switchboard_edge_http_responses_cut_total{reason="${reason}"} ${this.httpCuts.get(reason) ?? 0}`)
     metric("switchboard_edge_bus_publish_seconds", "histogram", "Time to hand a frame to the bus")
     BUCKETS.forEach((le, i) => lines.push(`switchboard_edge_bus_publish_seconds_bucket{le="${le}"} ${this.publishBuckets[i]}`))
     lines.push(`switchboard_edge_bus_publish_seconds_bucket{le="+Inf"} ${this.publishCount}`)

@@ -19,6 +19,7 @@ import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import * as Http from "node:http"
 import * as EdgeConfig from "./Config.ts"
+import type { EdgeMetrics } from "./Metrics.ts"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
 
@@ -48,15 +49,34 @@ export interface StreamableHttpOptions {
    * burst, and the edge then writes what they cause (calls to a tab's socket) in one write.
    */
   readonly countFrame: () => void
+  /** Counts the responses cut because their client stopped reading. */
+  readonly metrics: EdgeMetrics
 }
 
 const HTTP_SPAN = { "sb.transport": "http" } as const
 
-/** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
-interface Pending {
-  readonly kind: "post"
+/**
+ * A response and what waits in it for its client. A client that stops reading would have the edge
+ * hold all that is written to it, so each is watched: a write that would take what waits over
+ * EDGE_OUTBOUND_HWM cuts it, and so do bytes that have not moved for EDGE_HTTP_WRITE_STALL. Node
+ * tells nothing of a write in progress, only of writes done: what has left is the bytes written
+ * (`queued`) less what still waits.
+ */
+interface Outbound {
+  /** Its key in `exchanges` while it is open. */
+  readonly n: number
   readonly res: Http.ServerResponse
   readonly session: Subjects.ConnId
+  readonly user: string
+  queued: number
+  /** What had left at the last look that saw it move, and when; undefined while nothing waits. */
+  left: number
+  movedAt: number | undefined
+}
+
+/** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
+interface Pending extends Outbound {
+  readonly kind: "post"
   readonly id: JsonRpc.Id
   readonly timer: ReturnType<typeof setTimeout>
   sse: boolean
@@ -66,10 +86,8 @@ interface Pending {
  * A GET stream: the session's own messages (`list_changed`), with event ids. Its 200 waits for the
  * session's actor to acknowledge it, so that nothing pushed after the client has its answer is lost.
  */
-interface Stream {
+interface Stream extends Outbound {
   readonly kind: "stream"
-  readonly res: Http.ServerResponse
-  readonly session: Subjects.ConnId
   /** Until the acknowledgement; a 504 when it does not come. */
   timer: ReturnType<typeof setTimeout> | undefined
   /**
@@ -129,12 +147,16 @@ export const make = (
       keepAlive: yield* EdgeConfig.httpKeepAlive,
       responseTimeout: Duration.toMillis(yield* EdgeConfig.httpResponseTimeout),
       sessionCache: Duration.toMillis(yield* EdgeConfig.httpSessionCache),
+      hwm: yield* EdgeConfig.outboundHighWaterMark,
+      writeStall: yield* EdgeConfig.httpWriteStall,
       publicUrl: yield* EdgeConfig.publicUrl,
       issuer: yield* AuthConfig.issuer
     }
     const { edgeId, runFork } = options
     const anyOrigin = options.origins.includes("*")
     const exchanges = new Map<number, Pending | Stream>()
+    /** Responses ended with bytes still waiting: watched until they leave. */
+    const draining = new Set<Pending | Stream>()
     let nextExchange = 0
     /** Sessions found in KV, with their user, trusted for a moment; and sessions deleted here, never trusted again. */
     const known = new Map<Subjects.ConnId, { readonly user: string | undefined; readonly until: number }>()
@@ -143,12 +165,100 @@ export const make = (
     // Idle SSE streams get a comment now and then, or a proxy in between may cut them.
     const keepAlive = setInterval(() => {
       const now = Date.now()
-      for (const ex of exchanges.values()) if (ex.kind === "stream" || ex.sse) ex.res.write(": keep-alive\n\n")
+      for (const ex of exchanges.values()) if (ex.kind === "stream" || ex.sse) write(ex, ": keep-alive\n\n")
       for (const [id, entry] of known) if (entry.until <= now) known.delete(id)
       for (const [id, until] of gone) if (until <= now) gone.delete(id)
     }, Duration.toMillis(config.keepAlive))
     keepAlive.unref()
     yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(keepAlive)))
+
+    // --- what waits for clients ---------------------------------------------------------------
+
+    const stallMillis = Duration.toMillis(config.writeStall)
+    const stallText = Duration.format(config.writeStall)
+
+    /** Writes to an open response; false when the write would take what waits over the bound, and the response was cut instead. */
+    const write = (ex: Pending | Stream, chunk: string): boolean => {
+      const res = ex.res
+      if (res.destroyed) return false
+      const bytes = Buffer.byteLength(chunk)
+      const waiting = res.writableLength
+      // A message larger than the bound still goes to a client that has taken all before it: what
+      // waits is then that one message, which the frame limits bound.
+      if (waiting > 0 && waiting + bytes > config.hwm) {
+        cut(ex, "buffer", waiting)
+        return false
+      }
+      ex.queued += bytes
+      res.write(chunk)
+      return true
+    }
+
+    /** A response has its last bytes; until they leave, it is watched for a stall. */
+    const ended = (ex: Pending | Stream) => {
+      if (ex.res.writableLength > 0 && !ex.res.destroyed) draining.add(ex)
+    }
+
+    /**
+     * Cuts a response whose client stopped reading. A POST's request is cancelled towards its
+     * session as if the client had sent `notifications/cancelled`: the answer can no longer reach
+     * anyone, and the tab should stop working on it (and stop sending what would be dropped).
+     */
+    const cut = (ex: Pending | Stream, why: "buffer" | "stall", waiting: number) => {
+      const open = exchanges.get(ex.n) === ex
+      exchanges.delete(ex.n)
+      draining.delete(ex)
+      clearTimeout(ex.timer)
+      const reason = why === "buffer"
+        ? `slow consumer: more than ${config.hwm} bytes waiting (EDGE_OUTBOUND_HWM)`
+        : `stalled: ${waiting} bytes waiting, unmoved for ${stallText} (EDGE_HTTP_WRITE_STALL)`
+      options.metrics.httpCut(why)
+      runFork(
+        Effect.logWarning(`edge: cut a Streamable HTTP ${ex.kind === "post" ? "response" : "GET stream"}: ${reason}`).pipe(
+          Effect.annotateLogs({ session: ex.session, user: ex.user, ...(ex.kind === "post" ? { request: String(ex.id), answered: String(!open) } : {}) })
+        )
+      )
+      ex.res.destroy()
+      if (!open) return
+      const subject = Subjects.conn(options.service, ex.session)
+      try {
+        if (ex.kind === "post") {
+          const cancel = JsonRpc.encode({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: ex.id, reason } })
+          bus.unsafePublish(subject, cancel, frameHeaders(ex.session, ex.user, {}))
+        } else {
+          // The session's next GET stream (a resume with Last-Event-ID) takes over.
+          bus.unsafePublish(subject, "", frameHeaders(ex.session, ex.user, { [Subjects.Header.http]: String(ex.n), [Subjects.Header.httpOp]: "stream-closed" }))
+        }
+      } catch {
+        // The bus is gone (shutting down): there is no session left to tell.
+      }
+    }
+
+    /** Whether what waits in `ex` has moved since the last look; a response stuck for the stall is cut. */
+    const look = (ex: Pending | Stream, now: number) => {
+      const waiting = ex.res.writableLength
+      if (waiting === 0) return void (ex.movedAt = undefined)
+      const left = ex.queued - waiting
+      if (ex.movedAt === undefined || left > ex.left) {
+        ex.left = left
+        ex.movedAt = now
+      } else if (now - ex.movedAt >= stallMillis) cut(ex, "stall", waiting)
+    }
+
+    const watch = setInterval(() => {
+      try {
+        const now = Date.now()
+        for (const ex of exchanges.values()) if (!ex.res.destroyed) look(ex, now)
+        for (const ex of draining) {
+          if (ex.res.destroyed || ex.res.writableFinished) draining.delete(ex)
+          else look(ex, now)
+        }
+      } catch (cause) {
+        options.logCaught("edge: watching Streamable HTTP responses failed", cause, {})
+      }
+    }, Math.min(1000, Math.max(50, stallMillis / 4)))
+    watch.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(watch)))
 
     const baseUrl = (req: Http.IncomingMessage) =>
       Option.getOrElse(config.publicUrl, () => `http://${req.headers.host ?? "localhost"}`).replace(/\/+$/, "")
@@ -239,9 +349,11 @@ export const make = (
       }
       const n = ++nextExchange
       const timer = setTimeout(() => timedOut(n), config.responseTimeout)
-      const pending: Pending = { kind: "post", res, session, id, timer, sse: false }
+      const pending: Pending = { kind: "post", n, res, session, user, id, timer, sse: false, queued: 0, left: 0, movedAt: undefined }
       exchanges.set(n, pending)
-      // The client went away; its answer, when it comes, has nowhere to go. (Not a cancellation: the spec says so.)
+      // The client went away; its answer, when it comes, has nowhere to go. Not a cancellation:
+      // "Disconnection SHOULD NOT be interpreted as the client cancelling its request" (MCP
+      // 2025-11-25, Streamable HTTP). Only a response the edge cuts (`cut`) cancels its request.
       res.once("close", () => {
         if (exchanges.get(n) === pending) exchanges.delete(n)
         clearTimeout(timer)
@@ -259,7 +371,10 @@ export const make = (
         return
       }
       exchanges.delete(n)
-      if (ex.sse) return void ex.res.end()
+      if (ex.sse) {
+        ex.res.end()
+        return ended(ex)
+      }
       const body = failureBody(JsonRpc.ErrorCode.InternalError, "the session did not answer in time", ex.id)
       ex.res.writeHead(504, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
     }
@@ -369,8 +484,13 @@ export const make = (
         const version = req.headers["mcp-protocol-version"]
         const stream: Stream = {
           kind: "stream",
+          n,
           res,
           session,
+          user: claims.sub,
+          queued: 0,
+          left: 0,
+          movedAt: undefined,
           timer: setTimeout(() => timedOut(n), config.responseTimeout),
           primes: typeof version === "string" && version >= "2025-11-25"
         }
@@ -468,13 +588,14 @@ export const make = (
           ex.timer = undefined
           ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
           const id = m.header(Subjects.Header.eventId)
-          if (ex.primes && id !== undefined) ex.res.write(`id: ${id}\ndata: \n\n`)
+          if (ex.primes && id !== undefined) write(ex, `id: ${id}\ndata: \n\n`)
           else ex.res.flushHeaders()
         }
-        if (data.byteLength > 0) ex.res.write(sseEvent(Bus.text(m), m.header(Subjects.Header.eventId)))
+        if (data.byteLength > 0 && !write(ex, sseEvent(Bus.text(m), m.header(Subjects.Header.eventId)))) return
         if (end) {
           exchanges.delete(n)
           ex.res.end()
+          ended(ex)
         }
         return
       }
@@ -492,17 +613,19 @@ export const make = (
           clearTimeout(ex.timer)
           // A request cancelled by the client ends with nothing to say.
           if (data.byteLength === 0) return void ex.res.writeHead(202).end()
-          return void ex.res.writeHead(200, { "content-type": "application/json", "content-length": data.byteLength, [SESSION]: ex.session }).end(data)
+          ex.res.writeHead(200, { "content-type": "application/json", "content-length": data.byteLength, [SESSION]: ex.session }).end(data)
+          return ended(ex)
         }
         // A notification before the answer: the response becomes a stream (the POST accepted one).
         ex.sse = true
         ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
       }
-      if (data.byteLength > 0) ex.res.write(sseEvent(Bus.text(m), undefined))
+      if (data.byteLength > 0 && !write(ex, sseEvent(Bus.text(m), undefined))) return
       if (end) {
         exchanges.delete(n)
         clearTimeout(ex.timer)
         ex.res.end()
+        ended(ex)
       }
     }
 
