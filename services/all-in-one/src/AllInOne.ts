@@ -38,8 +38,11 @@ const devToken = (tokens: Tokens.TokensShape) =>
     )
   })
 
-/** The services, wired to whatever Bus, Kv and Tracing are provided. */
-export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer, Registry.layer).pipe(
+/**
+ * The services, wired to whatever Bus, Kv and Tracing are provided. The edge is ready once all of
+ * them run: they start with it, so a client that connects as soon as `/readyz` says so finds them.
+ */
+export const services = Layer.mergeAll(Edge.layer({ awaitEveryService: true }), Router.layer, Broker.layer, Registry.layer).pipe(
   Layer.provideMerge(AuthService.layer),
   Layer.provideMerge(AuthClient.layer),
   Layer.provide(Tokens.layerWithDevFallback(devToken))
