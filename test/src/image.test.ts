@@ -60,7 +60,11 @@ layer(SwitchboardImage.layer, { excludeTestServices: true, timeout: "180 seconds
       expect(JSON.parse(inside.output)).toEqual({ uid: 1000, gid: 1000, pid1: "node", writable: "EROFS" })
 
       expect(yield* get(`${sb.url}/healthz`)).toMatchObject({ status: 200 })
-      expect(yield* get(`${sb.url}/readyz`)).toMatchObject({ status: 200 })
+      // 503 until every service of the all-in-one runs, which may be a moment after it listens.
+      const ready = yield* get(`${sb.url}/readyz`).pipe(
+        Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: (r) => r.status === 200, times: 200 })
+      )
+      expect(ready).toMatchObject({ status: 200, body: "ready\n" })
       const embed = yield* get(`${sb.url}/embed`)
       expect(embed.status).toBe(200)
       expect(embed.body).toContain("<script")

@@ -81,6 +81,23 @@ describe("settings at start", () => {
       expect(run.stderr).toBe("")
     }), 20_000)
 
+  it.scopedLive("refuses SWITCHBOARD_JWT_REQUIRE_EXP=maybe, naming what it takes", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ SWITCHBOARD_JWT_REQUIRE_EXP: "maybe" })
+      expect(run.code).toBe(1)
+      expect(run.stderr.trim()).toBe("switchboard: SWITCHBOARD_JWT_REQUIRE_EXP must be true or false, got maybe")
+      expect(run.stdout).not.toContain("Development token")
+    }), 20_000)
+
+  it.scopedLive("with SWITCHBOARD_JWT_MAX_LIFETIME shorter than a day, the dev token lives that long, not 24h", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ SWITCHBOARD_JWT_MAX_LIFETIME: "2h" }, /listening on /)
+      expect(run.stdout).toContain("Development token (sub=dev, privilege=full, admin, valid 2h):")
+      const token = /^\s+(ey\S+)$/m.exec(run.stdout)?.[1] ?? ""
+      const claims = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString()) as { exp: number; iat: number }
+      expect(claims.exp - claims.iat).toBe(2 * 3600)
+    }), 20_000)
+
   it.scopedLive("an edge run on its own refuses EDGE_MAX_PAYLOAD=-1 with one line and exit code 1", () =>
     Effect.gen(function*() {
       const { url } = yield* NatsServer

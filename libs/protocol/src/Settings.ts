@@ -105,6 +105,24 @@ export const livenessInterval = (name: string, fallback: Duration.DurationInput,
 export const nonNegativeDuration = (name: string, fallback: Duration.DurationInput, description: string) =>
   setting(name, durationOver(true), Duration.decode(fallback), description)
 
+/** A limit that is off unless set: a duration more than 0, or none. */
+export const optionalDuration = (name: string, description: string): Config.Config<Option.Option<Duration.Duration>> =>
+  Config.option(Config.string(name).pipe(Config.mapOrFail(durationOver(false)(name)), Config.withDescription(description)))
+
+const FLAGS: ReadonlyMap<string, boolean> = new Map([["true", true], ["false", false], ["on", true], ["off", false], ["yes", true], ["no", false], ["1", true], ["0", false]])
+
+/** On or off: `true`/`false` (also `on`/`off`, `yes`/`no`, `1`/`0`, in any case). */
+export const flag = (name: string, fallback: boolean, description: string) =>
+  setting(
+    name,
+    (name) => (text) => {
+      const value = FLAGS.get(text.trim().toLowerCase())
+      return value === undefined ? refuse(name, "true or false", text) : Either.right(value)
+    },
+    fallback,
+    description
+  )
+
 /**
  * A number > 0 (a burst, say) refused when below `floor` (its rate): a bucket smaller than one
  * second's refill never fills.

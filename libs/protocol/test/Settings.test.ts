@@ -6,6 +6,7 @@ import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Option from "effect/Option"
 import * as Settings from "../src/Settings.ts"
 
 const read = <A>(config: Config.Config<A>, env: Record<string, string>) =>
@@ -80,6 +81,28 @@ describe("Settings", () => {
   it("names every bad value on one line", () => {
     expect(read(Config.all([size, rate]), { X_SIZE: "-1", X_RATE: "0" })).toStrictEqual(
       Either.left("X_SIZE must be a whole number > 0, got -1; X_RATE must be a number > 0, got 0")
+    )
+  })
+})
+
+describe("Settings.flag and Settings.optionalDuration", () => {
+  const required = Settings.flag("X_REQUIRED", true, "a switch")
+  const most = Settings.optionalDuration("X_MOST", "a limit, off unless set")
+
+  it("reads a flag in the usual spellings, and refuses anything else by name", () => {
+    expect(read(required, {})).toStrictEqual(Either.right(true))
+    for (const off of ["false", "FALSE", "off", "no", "0", " false "]) expect(read(required, { X_REQUIRED: off })).toStrictEqual(Either.right(false))
+    for (const on of ["true", "On", "yes", "1"]) expect(read(required, { X_REQUIRED: on })).toStrictEqual(Either.right(true))
+    expect(read(required, { X_REQUIRED: "maybe" })).toStrictEqual(Either.left('X_REQUIRED must be true or false, got maybe'))
+    expect(read(required, { X_REQUIRED: "constructor" })).toStrictEqual(Either.left('X_REQUIRED must be true or false, got constructor'))
+  })
+
+  it("reads an optional duration: none when unset, refused when not a duration > 0", () => {
+    expect(read(most, {}).pipe(Either.map(Option.map(Duration.toMillis)))).toStrictEqual(Either.right(Option.none()))
+    expect(read(most, { X_MOST: "1d" }).pipe(Either.map(Option.map(Duration.toMillis)))).toStrictEqual(Either.right(Option.some(86_400_000)))
+    expect(read(most, { X_MOST: "0s" })).toStrictEqual(Either.left("X_MOST must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, more than 0, got 0s"))
+    expect(read(most, { X_MOST: "soon" })).toStrictEqual(
+      Either.left("X_MOST must be a duration such as 30s, 5m, 1h, 250ms, 2d or 30 seconds, got soon")
     )
   })
 })

@@ -14,17 +14,21 @@ import * as RouterConfig from "@switchboard/router/Config"
 import { Logging, MetricsServer, Telemetry } from "@switchboard/telemetry"
 import * as Config from "effect/Config"
 import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 
 const devToken = (tokens: Tokens.TokensShape) =>
   Effect.gen(function*() {
-    const token = yield* Effect.orDie(tokens.issue({ sub: "dev", ttl: "24 hours", privilege: "full", admin: true }))
+    // A day, or SWITCHBOARD_JWT_MAX_LIFETIME if that is shorter: a longer one would be refused.
+    const ttl = Option.match(tokens.maxLifetime, { onNone: () => Duration.hours(24), onSome: (max) => Duration.min(Duration.hours(24), max) })
+    const token = yield* Effect.orDie(tokens.issue({ sub: "dev", ttl, privilege: "full", admin: true }))
     yield* Console.log(
       [
         "",
         "SWITCHBOARD_JWT_SECRET is not set: this run uses a random secret, so tokens die with the process.",
-        "Development token (sub=dev, privilege=full, admin, valid 24h):",
+        `Development token (sub=dev, privilege=full, admin, valid ${Duration.equals(ttl, Duration.hours(24)) ? "24h" : Duration.format(ttl)}):`,
         "",
         `  ${token}`,
         "",
@@ -34,8 +38,11 @@ const devToken = (tokens: Tokens.TokensShape) =>
     )
   })
 
-/** The services, wired to whatever Bus, Kv and Tracing are provided. */
-export const services = Layer.mergeAll(Edge.layer(), Router.layer, Broker.layer, Registry.layer).pipe(
+/**
+ * The services, wired to whatever Bus, Kv and Tracing are provided. The edge is ready once all of
+ * them run: they start with it, so a client that connects as soon as `/readyz` says so finds them.
+ */
+export const services = Layer.mergeAll(Edge.layer({ awaitEveryService: true }), Router.layer, Broker.layer, Registry.layer).pipe(
   Layer.provideMerge(AuthService.layer),
   Layer.provideMerge(AuthClient.layer),
   Layer.provide(Tokens.layerWithDevFallback(devToken))

@@ -1,16 +1,16 @@
 /**
  * How other services verify a token: a request to the auth service over the bus. Answers are
- * kept briefly per token, since a reconnecting client, and a Streamable HTTP client with every
- * request, presents the same token again and again.
+ * kept briefly (`Verdicts.ts`), since a reconnecting client, and a Streamable HTTP client with
+ * every request, presents the same token again and again.
  */
 import { Bus, Peer, Subjects } from "@switchboard/bus"
 import { Auth } from "@switchboard/protocol"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
+import * as Verdicts from "./Verdicts.ts"
 
 /** The token was checked and refused. */
 export class AuthFailed extends Data.TaggedError("AuthFailed")<{ readonly reason: string }> {
@@ -40,15 +40,16 @@ export class AuthClient extends Context.Tag("@switchboard/auth/AuthClient")<Auth
 /** What the auth service is asked. */
 const authPeers = Peer.protocol(Auth.AuthPeer)
 
-const GOOD_FOR = 30_000
-const BAD_FOR = 5_000
-const CAPACITY = 10_000
+/**
+ * A good verdict is kept 30 s, a refusal 5 s. Refusals have a table of their own, smaller: anyone
+ * can present garbage, and a flood of it must not push good users' verdicts out.
+ */
+const GOOD: Verdicts.Limits = { keepFor: 30_000, maxEntries: 10_000, maxBytes: 8 * 1024 * 1024 }
+const REFUSED: Verdicts.Limits = { keepFor: 5_000, maxEntries: 1_000, maxBytes: 256 * 1024 }
 
-/** What the auth service said of a token, and until when that answer is kept. */
-interface Verdict {
-  readonly verdict: Either.Either<Auth.Claims, AuthFailed>
-  readonly until: number
-}
+/** Claims as held in memory take about twice their JSON (UTF-16 strings, object headers). */
+const claimsBytes = (claims: Auth.Claims) => 2 * JSON.stringify(claims).length
+const reasonBytes = (reason: string) => 2 * reason.length
 
 export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
   AuthClient,
@@ -66,43 +67,42 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
             })
         })
       )
-    // Only verdicts are kept, never "unavailable": a good one for 30 s, a refusal for 5 s, and a
-    // kept token is still checked against its own expiry. Expired verdicts are swept every 30 s,
-    // since every token ever presented (each participant of a busy room has its own) would
-    // otherwise stay until the next time it is asked for.
-    const verdicts = new Map<string, Verdict>()
-    const sweep = Effect.sync(() => {
-      const now = Date.now()
-      for (const [token, v] of verdicts) if (v.until <= now) verdicts.delete(token)
-    })
-    yield* sweep.pipe(Effect.repeat(Schedule.spaced("30 seconds")), Effect.forkScoped)
-    const keep = (token: string, verdict: Either.Either<Auth.Claims, AuthFailed>) => {
-      if (verdicts.size >= CAPACITY) verdicts.clear()
-      verdicts.set(token, { verdict, until: Date.now() + (Either.isRight(verdict) ? GOOD_FOR : BAD_FOR) })
-    }
+    // Only verdicts are kept, never "unavailable", and a kept token is still checked against its
+    // own expiry. Expired verdicts are swept every 30 s, since every token ever presented (each
+    // participant of a busy room has its own) would otherwise stay until it is asked for again.
+    const good = new Verdicts.Verdicts<Auth.Claims>(GOOD, claimsBytes)
+    const refused = new Verdicts.Verdicts<string>(REFUSED, reasonBytes)
+    yield* Effect.sync(() => {
+      good.sweep()
+      refused.sweep()
+    }).pipe(Effect.repeat(Schedule.spaced("30 seconds")), Effect.forkScoped)
     const expired = (claims: Auth.Claims) => claims.exp !== undefined && claims.exp * 1000 <= Date.now()
 
-    const known = (token: string) => {
-      const v = verdicts.get(token)
-      if (v === undefined || v.until <= Date.now() || Either.isLeft(v.verdict) || expired(v.verdict.right)) return undefined
-      return v.verdict.right
+    /** The kept good verdict under `key`, unless the token has expired since. */
+    const kept = (key: string) => {
+      const claims = good.get(key)
+      if (claims === undefined || !expired(claims)) return claims
+      good.delete(key)
+      return undefined
     }
+    const known = (token: string) => kept(Verdicts.digest(token))
     const verify = (token: string) =>
-      Effect.suspend(() => {
-        const v = verdicts.get(token)
-        const verdict = v !== undefined && v.until > Date.now()
-          ? Effect.succeed(v.verdict)
-          : Effect.tap(Effect.either(ask(token)), (answer) =>
-            Effect.sync(() => {
-              if (Either.isRight(answer)) keep(token, Either.right(answer.right))
-              else if (answer.left._tag === "AuthFailed") keep(token, Either.left(answer.left))
-            }))
-        return Effect.flatMap(verdict, (answer) => {
-          if (Either.isLeft(answer)) return Effect.fail(answer.left)
-          if (!expired(answer.right)) return Effect.succeed(answer.right)
-          verdicts.delete(token)
-          return Effect.fail(new AuthFailed({ reason: "token expired" }))
-        })
+      Effect.suspend((): Effect.Effect<Auth.Claims, AuthFailed | AuthUnavailable> => {
+        const key = Verdicts.digest(token)
+        const claims = kept(key)
+        if (claims !== undefined) return Effect.succeed(claims)
+        const reason = refused.get(key)
+        if (reason !== undefined) return Effect.fail(new AuthFailed({ reason }))
+        return ask(token).pipe(
+          Effect.tapBoth({
+            onSuccess: (claims) => Effect.sync(() => good.set(key, claims)),
+            onFailure: (e) =>
+              Effect.sync(() => {
+                if (e._tag === "AuthFailed") refused.set(key, e.reason)
+              })
+          }),
+          Effect.filterOrFail((claims) => !expired(claims), () => new AuthFailed({ reason: "token expired" }))
+        )
       })
     return { verify, known }
   })

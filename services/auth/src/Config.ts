@@ -1,4 +1,5 @@
 /** Every setting of the auth service, read once. */
+import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 
 export const secret = Config.option(
@@ -19,4 +20,13 @@ export const userClaim = Config.nonEmptyString("SWITCHBOARD_JWT_USER_CLAIM").pip
     "Claim that names the user. The user is the first of this claim, `sub`, `user_id` that the token carries, " +
       "and it must be a non-empty string; a token with none of them is refused. Services see it as `sub`."
   )
+)
+export const requireExp = Settings.flag(
+  "SWITCHBOARD_JWT_REQUIRE_EXP",
+  true,
+  "Refuse tokens without an `exp` claim, which would otherwise be valid forever; false accepts them"
+)
+export const maxLifetime = Settings.optionalDuration(
+  "SWITCHBOARD_JWT_MAX_LIFETIME",
+  "Longest lifetime a token may have (exp - iat, or exp - now without iat), e.g. 24h; unset, no maximum"
 )

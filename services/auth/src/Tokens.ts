@@ -1,7 +1,8 @@
 /**
  * Token verification and (for development) issuing, with `jose`. HS256 with a shared secret by
  * default; a JWKS URL with issuer and audience checks in production. Expiry and `nbf` are checked
- * by `jwtVerify` itself. Whichever claim names the user, verified claims carry it as `sub`.
+ * by `jwtVerify` itself; a token must have an expiry (unless told otherwise), and may be made to
+ * live no longer than a maximum. Whichever claim names the user, verified claims carry it as `sub`.
  */
 import { Auth, Settings } from "@switchboard/protocol"
 import * as Context from "effect/Context"
@@ -13,7 +14,7 @@ import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
-import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyOptions, SignJWT } from "jose"
+import { createRemoteJWKSet, errors, type JWTPayload, jwtVerify, type JWTVerifyOptions, SignJWT } from "jose"
 import { randomBytes } from "node:crypto"
 import * as AuthConfig from "./Config.ts"
 
@@ -42,8 +43,13 @@ export const reservedClaims: ReadonlySet<string> = new Set(["sub", "exp", "iat",
 
 export interface TokensShape {
   readonly verify: (token: string) => Effect.Effect<Auth.Claims, InvalidToken>
-  /** Signs a development token; fails when only a JWKS (no secret) is configured. */
+  /**
+   * Signs a development token; fails when only a JWKS (no secret) is configured, or when `ttl` is
+   * longer than `maxLifetime`. Without `ttl` a token lives an hour, or `maxLifetime` if shorter.
+   */
   readonly issue: (options: IssueOptions) => Effect.Effect<string, InvalidToken>
+  /** The longest lifetime a token may have (`SWITCHBOARD_JWT_MAX_LIFETIME`), if any. */
+  readonly maxLifetime: Option.Option<Duration.Duration>
 }
 
 export class Tokens extends Context.Tag("@switchboard/auth/Tokens")<Tokens, TokensShape>() {}
@@ -90,6 +96,34 @@ interface KeyOptions {
   readonly audience: Option.Option<string>
   /** The claim that names the user before `sub` and `user_id` are tried; `sub` when left out. */
   readonly userClaim?: string
+  /** Refuse a token without `exp`, which would be valid forever; true when left out. */
+  readonly requireExp?: boolean
+  /** Refuse a token meant to live longer than this; no maximum when left out. */
+  readonly maxLifetime?: Option.Option<Duration.Duration>
+}
+
+const DEFAULT_TTL = Duration.hours(1)
+
+/** A whole number of seconds as a person reads it: `90d`, `36h`, `1h 30m`. */
+const seconds = (s: number) => Duration.format(Duration.seconds(s))
+
+/**
+ * Why a token's lifetime is refused, if it is: no `exp` where one is required or a maximum is set,
+ * or an `exp` further than the maximum from its `iat`, or from now when `iat` is absent or later
+ * (an issuer cannot stretch a token's life by dating it in the future).
+ */
+const lifetimeRefusal = (payload: JWTPayload, requireExp: boolean, maxLifetime: Option.Option<Duration.Duration>): string | undefined => {
+  const { exp, iat } = payload
+  if (exp === undefined) {
+    if (requireExp) return "token has no expiry (exp claim)"
+    return Option.isSome(maxLifetime) ? `token has no expiry (exp claim), and a token may live at most ${Duration.format(maxLifetime.value)}` : undefined
+  }
+  if (Option.isNone(maxLifetime)) return undefined
+  const now = Math.floor(Date.now() / 1000)
+  const from = iat === undefined ? now : Math.min(iat, now)
+  return (exp - from) * 1000 > Duration.toMillis(maxLifetime.value)
+    ? `token lifetime ${seconds(exp - from)} (exp - ${iat === undefined || iat > now ? "now" : "iat"}) is longer than the ${Duration.format(maxLifetime.value)} allowed`
+    : undefined
 }
 
 export const make = (options: KeyOptions): TokensShape => {
@@ -98,6 +132,8 @@ export const make = (options: KeyOptions): TokensShape => {
     ...Option.match(options.audience, { onNone: () => ({}), onSome: (audience) => ({ audience }) })
   }
   const userClaims = userClaimsFrom(options.userClaim ?? "sub")
+  const requireExp = options.requireExp ?? true
+  const maxLifetime = options.maxLifetime ?? Option.none()
   const jwks = Option.map(options.jwksUrl, (url) => createRemoteJWKSet(url))
   const verifyWith = (token: string) =>
     Option.isSome(jwks)
@@ -112,12 +148,24 @@ export const make = (options: KeyOptions): TokensShape => {
         try: () => verifyWith(token),
         catch: (e) => new InvalidToken({ reason: explain(e), expired: e instanceof errors.JWTExpired })
       }).pipe(
-        Effect.flatMap(({ payload }) => claimsOf(payload, userClaims))
+        Effect.flatMap(({ payload }) => {
+          const refused = lifetimeRefusal(payload, requireExp, maxLifetime)
+          return refused === undefined ? claimsOf(payload, userClaims) : Effect.fail(new InvalidToken({ reason: refused }))
+        })
       ),
+    maxLifetime,
     issue: (o) => {
       const reserved = Object.keys(o.claims ?? {}).filter((k) => reservedClaims.has(k))
       if (reserved.length > 0) {
         return Effect.fail(new InvalidToken({ reason: `reserved claim ${listed(reserved)} cannot be set as an extra claim` }))
+      }
+      const ttl = o.ttl === undefined
+        ? Option.match(maxLifetime, { onNone: () => DEFAULT_TTL, onSome: (max) => Duration.min(DEFAULT_TTL, max) })
+        : Duration.decode(o.ttl)
+      if (Option.isSome(maxLifetime) && Duration.greaterThan(ttl, maxLifetime.value)) {
+        return Effect.fail(
+          new InvalidToken({ reason: `ttl ${Duration.format(ttl)} is longer than SWITCHBOARD_JWT_MAX_LIFETIME (${Duration.format(maxLifetime.value)})` })
+        )
       }
       const payload = {
         ...o.claims,
@@ -131,7 +179,7 @@ export const make = (options: KeyOptions): TokensShape => {
             const jwt = new SignJWT(payload)
               .setProtectedHeader({ alg: "HS256", typ: "JWT" })
               .setIssuedAt()
-              .setExpirationTime(`${Math.max(1, Math.round(Duration.toSeconds(o.ttl ?? "1 hour")))}s`)
+              .setExpirationTime(`${Math.max(1, Math.floor(Duration.toSeconds(ttl)))}s`)
             if (o.sub !== undefined) jwt.setSubject(o.sub)
             Option.map(options.issuer, (i) => jwt.setIssuer(i))
             Option.map(options.audience, (a) => jwt.setAudience(a))
@@ -162,12 +210,16 @@ const fromConfig = (fallbackSecret: Option.Option<string>) =>
       })
     }
     if (Option.isSome(secret)) yield* warnIfWeak(Redacted.value(secret.value))
+    const requireExp = yield* AuthConfig.requireExp
+    if (!requireExp) yield* Effect.logWarning("SWITCHBOARD_JWT_REQUIRE_EXP is false: a token without exp is accepted for as long as its key is")
     return make({
       secret: Option.map(key, (k) => encoder.encode(k)),
       jwksUrl,
       issuer: yield* AuthConfig.issuer,
       audience: yield* AuthConfig.audience,
-      userClaim: yield* AuthConfig.userClaim
+      userClaim: yield* AuthConfig.userClaim,
+      requireExp,
+      maxLifetime: yield* AuthConfig.maxLifetime
     })
   })
 

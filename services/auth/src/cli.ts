@@ -18,7 +18,9 @@ Options:
   --sub <id>                    user id (the token's sub claim); may be left out when a
                                 --claim names the user instead: user_id=<id>, or the
                                 claim SWITCHBOARD_JWT_USER_CLAIM names
-  --ttl <duration>              lifetime, e.g. 30s, 15m, 1h, 7d (default 1h)
+  --ttl <duration>              lifetime, e.g. 30s, 15m, 1h, 7d (default 1h, or
+                                SWITCHBOARD_JWT_MAX_LIFETIME if that is shorter; a
+                                longer --ttl than that is refused)
   --privilege full|restricted   MCPx privilege claim
   --topics a,b                  MCPx topics the token may join
   --admin                       MCPx admin claim (may promote participants)
@@ -68,7 +70,7 @@ const { values } = (() => {
     return parseArgs({
       options: {
         sub: { type: "string" },
-        ttl: { type: "string", default: "1h" },
+        ttl: { type: "string" },
         privilege: { type: "string" },
         topics: { type: "string" },
         admin: { type: "boolean", default: false },
@@ -88,7 +90,9 @@ if (values.help) {
 const claims = parseClaims(values.claim)
 // Without --sub, issuing refuses a token in which no claim names the user, exactly as verifying would.
 const sub = values.sub
-const ttl = Option.getOrElse(parseTtl(values.ttl), () => fail(`--ttl ${values.ttl} is not a duration like 30s, 15m, 1h or 7d`))
+const ttl = values.ttl === undefined
+  ? undefined
+  : Option.getOrElse(parseTtl(values.ttl), () => fail(`--ttl ${values.ttl} is not a duration like 30s, 15m, 1h or 7d`))
 const privilege = values.privilege
 if (privilege !== undefined && privilege !== "full" && privilege !== "restricted") fail("--privilege is full or restricted")
 if (process.env["SWITCHBOARD_JWT_SECRET"] === undefined) {
@@ -99,7 +103,7 @@ const program = Effect.gen(function*() {
   const tokens = yield* Tokens.Tokens
   return yield* tokens.issue({
     ...(sub === undefined ? {} : { sub }),
-    ttl,
+    ...(ttl === undefined ? {} : { ttl }),
     ...(privilege === "full" || privilege === "restricted" ? { privilege } : {}),
     ...(values.topics === undefined ? {} : { topics: values.topics.split(",").map((t) => t.trim()).filter((t) => t.length > 0) }),
     ...(values.admin ? { admin: true } : {}),

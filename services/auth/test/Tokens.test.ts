@@ -5,6 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import { decodeJwt, exportJWK, generateKeyPair, SignJWT } from "jose"
 import * as Http from "node:http"
@@ -51,11 +52,15 @@ describe("tokens", () => {
       const key = new TextEncoder().encode(env.SWITCHBOARD_JWT_SECRET)
       const now = Math.floor(Date.now() / 1000)
       const expired = yield* Effect.promise(() => new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setExpirationTime(now - 10).sign(key))
-      const early = yield* Effect.promise(() => new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setNotBefore(now + 60).sign(key))
-      const foreign = yield* Effect.promise(() =>
-        new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").sign(new TextEncoder().encode("another-secret-entirely-different"))
+      const early = yield* Effect.promise(() =>
+        new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setNotBefore(now + 60).setExpirationTime("5m").sign(key)
       )
-      const noSub = yield* Effect.promise(() => new SignJWT({ privilege: "full" }).setProtectedHeader({ alg: "HS256" }).sign(key))
+      const foreign = yield* Effect.promise(() =>
+        new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice").setExpirationTime("5m").sign(
+          new TextEncoder().encode("another-secret-entirely-different")
+        )
+      )
+      const noSub = yield* Effect.promise(() => new SignJWT({ privilege: "full" }).setProtectedHeader({ alg: "HS256" }).setExpirationTime("5m").sign(key))
       const reasons = yield* Effect.forEach([expired, early, foreign, noSub, "not.a.jwt"], (t) => verify(env, t))
       expect(reasons.map((r) => (r._tag === "Left" ? r.left.reason : "accepted"))).toEqual([
         "token expired",
@@ -83,7 +88,9 @@ describe("tokens", () => {
       const wrongAudience = yield* verify(env, yield* sign("https://issuer.example", "someone-else"))
       expect(wrongAudience._tag === "Left" && wrongAudience.left.reason).toBe('claim aud invalid: unexpected "aud" claim value')
       // An HS256 token made with any secret is not accepted where a JWKS is configured.
-      const hs = yield* Effect.promise(() => new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("bob").sign(new TextEncoder().encode("x".repeat(32))))
+      const hs = yield* Effect.promise(() =>
+        new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("bob").setExpirationTime("5m").sign(new TextEncoder().encode("x".repeat(32)))
+      )
       expect((yield* verify(env, hs))._tag).toBe("Left")
     }))
 })
@@ -132,5 +139,65 @@ describe("the user claim", () => {
       expect(reserved._tag === "Left" && reserved.left.reason).toBe("reserved claim exp or nbf cannot be set as an extra claim")
       const nobody = yield* issue(env, { claims: { connection_url: "wss://x" } })
       expect(nobody._tag === "Left" && nobody.left.reason).toBe("token has no user claim (sub or user_id)")
+    }))
+})
+
+// A token without `exp` is valid for as long as its key: a leaked one, forever.
+describe("a token's lifetime", () => {
+  const key = new TextEncoder().encode(SECRET)
+  const now = () => Math.floor(Date.now() / 1000)
+  /** An HS256 token for alice with exactly these registered claims (seconds since the epoch). */
+  const lasting = (times: { readonly iat?: number; readonly exp?: number }) =>
+    Effect.promise(() => {
+      const jwt = new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setSubject("alice")
+      if (times.iat !== undefined) jwt.setIssuedAt(times.iat)
+      if (times.exp !== undefined) jwt.setExpirationTime(times.exp)
+      return jwt.sign(key)
+    })
+  const outcome = (env: Record<string, string>, times: { readonly iat?: number; readonly exp?: number }) =>
+    Effect.flatMap(lasting(times), (token) => verify({ SWITCHBOARD_JWT_SECRET: SECRET, ...env }, token)).pipe(
+      Effect.map((r) => (r._tag === "Right" ? "accepted" : r.left.reason))
+    )
+
+  it.effect("must have exp unless SWITCHBOARD_JWT_REQUIRE_EXP=false", () =>
+    Effect.gen(function*() {
+      expect(yield* outcome({}, { iat: now() })).toBe("token has no expiry (exp claim)")
+      expect(yield* outcome({}, {})).toBe("token has no expiry (exp claim)")
+      expect(yield* outcome({ SWITCHBOARD_JWT_REQUIRE_EXP: "false" }, { iat: now() })).toBe("accepted")
+      expect(yield* outcome({}, { iat: now(), exp: now() + 60 })).toBe("accepted")
+    }))
+
+  it.effect("is at most SWITCHBOARD_JWT_MAX_LIFETIME: exp - iat, or exp - now without iat or with a later one", () =>
+    Effect.gen(function*() {
+      const max = { SWITCHBOARD_JWT_MAX_LIFETIME: "1h" }
+      const t = now()
+      expect(yield* outcome(max, { iat: t, exp: t + 3600 })).toBe("accepted")
+      expect(yield* outcome(max, { iat: t, exp: t + 2 * 3600 })).toBe("token lifetime 2h (exp - iat) is longer than the 1h allowed")
+      // Issued long ago with a long life: what counts is what it was issued for, not what is left.
+      expect(yield* outcome(max, { iat: t - 30 * 86400, exp: t + 60 })).toBe("token lifetime 30d 1m (exp - iat) is longer than the 1h allowed")
+      expect(yield* outcome(max, { exp: t + 30 * 60 })).toBe("accepted")
+      // Counted from now, a second or so after `t`.
+      expect(yield* outcome(max, { exp: t + 3 * 3600 })).toMatch(/^token lifetime (3h|2h 59m 5\ds) \(exp - now\) is longer than the 1h allowed$/)
+      // Dated in the future, a token does not get a longer life.
+      expect(yield* outcome(max, { iat: t + 3 * 3600, exp: t + 3 * 3600 + 60 })).toMatch(
+        /^token lifetime (3h 1m|3h 5\ds) \(exp - now\) is longer than the 1h allowed$/
+      )
+      expect(yield* outcome({ ...max, SWITCHBOARD_JWT_REQUIRE_EXP: "false" }, { iat: t })).toBe(
+        "token has no expiry (exp claim), and a token may live at most 1h"
+      )
+    }))
+
+  it.effect("issues within the maximum: an hour by default or the maximum if shorter, and refuses a longer ttl", () =>
+    Effect.gen(function*() {
+      const plain = yield* issue({ SWITCHBOARD_JWT_SECRET: SECRET }, { sub: "alice" })
+      const life = (token: Either.Either<string, Tokens.InvalidToken>) =>
+        token._tag === "Right" ? (decodeJwt(token.right).exp ?? 0) - (decodeJwt(token.right).iat ?? 0) : token.left.reason
+      expect(life(plain)).toBe(3600)
+      const env = { SWITCHBOARD_JWT_SECRET: SECRET, SWITCHBOARD_JWT_MAX_LIFETIME: "15m" }
+      const short = yield* issue(env, { sub: "alice" })
+      expect(life(short)).toBe(900)
+      expect((yield* verify(env, short._tag === "Right" ? short.right : ""))._tag).toBe("Right")
+      expect(life(yield* issue(env, { sub: "alice", ttl: "15 minutes" }))).toBe(900)
+      expect(life(yield* issue(env, { sub: "alice", ttl: "2 hours" }))).toBe("ttl 2h is longer than SWITCHBOARD_JWT_MAX_LIFETIME (15m)")
     }))
 })

@@ -23,12 +23,15 @@ const env = {
   SWITCHBOARD_JWT_SECRET: "a-secret-long-enough-for-hs256-tokens"
 }
 
-const token = (...args: ReadonlyArray<string>) =>
+const token = (...args: ReadonlyArray<string>) => tokenWith({}, ...args)
+
+/** `npm run token` with more settings than the secret. */
+const tokenWith = (settings: Readonly<Record<string, string>>, ...args: ReadonlyArray<string>) =>
   Effect.async<Run>((resume) => {
     const child = execFile(
       process.execPath,
       ["--import", "tsx", "services/auth/src/cli.ts", ...args],
-      { cwd: root, env },
+      { cwd: root, env: { ...env, ...settings } },
       (error, stdout, stderr) => resume(Effect.succeed({ code: error === null ? 0 : Number(error.code ?? 1), stdout, stderr }))
     )
     return Effect.sync(() => child.kill())
@@ -63,6 +66,25 @@ describe("npm run token", () => {
       expect(reserved.stderr).toContain("token: --claim cannot set sub: sub, exp, iat, nbf, iss and aud are reserved")
       expect(nobody.code).toBe(2)
       expect(nobody.stderr).toContain("token: token has no user claim (sub or user_id)")
+    }))
+
+  it.live("mints within SWITCHBOARD_JWT_MAX_LIFETIME: the default ttl is cut to it, a longer --ttl is refused", () =>
+    Effect.gen(function*() {
+      const max = { SWITCHBOARD_JWT_MAX_LIFETIME: "30m" }
+      const [plain, cut, long] = yield* Effect.all([token("--sub", "alice"), tokenWith(max, "--sub", "alice"), tokenWith(max, "--sub", "alice", "--ttl", "2h")], {
+        concurrency: "unbounded"
+      })
+      const life = (run: Run) => {
+        const payload = decodeJwt(run.stdout.trim())
+        return (payload.exp ?? 0) - (payload.iat ?? 0)
+      }
+      expect(plain.code).toBe(0)
+      expect(life(plain)).toBe(3600)
+      expect(cut).toMatchObject({ code: 0, stderr: "" })
+      expect(life(cut)).toBe(1800)
+      expect(long.code).toBe(2)
+      expect(long.stdout).toBe("")
+      expect(long.stderr).toContain("token: ttl 2h is longer than SWITCHBOARD_JWT_MAX_LIFETIME (30m)")
     }))
 
   it.live("--help describes --claim with the connection_url example", () =>

@@ -40,6 +40,8 @@ export class EdgeServer extends Context.Tag("@switchboard/edge/EdgeServer")<Edge
 export interface EdgeOptions {
   readonly routes?: RouteTable
   readonly httpRoutes?: HttpRouteTable
+  /** Readiness waits for every service behind the edge (see `HttpRoutesOptions.awaitEveryService`). */
+  readonly awaitEveryService?: boolean
 }
 
 const heartbeat = Json.codec(EdgeProtocol.EdgeHeartbeat)
@@ -98,7 +100,8 @@ const make = (options: EdgeOptions) =>
       metrics,
       turn,
       boundary,
-      isShuttingDown
+      isShuttingDown,
+      awaitEveryService: options.awaitEveryService === true
     })
 
     const sockets = yield* Sockets.make({

@@ -35,6 +35,13 @@ export interface HttpRoutesOptions {
   readonly boundary: Boundary
   /** While true, readiness answers 503. */
   readonly isShuttingDown: () => boolean
+  /**
+   * Whether readiness waits for every service behind the edge, not just one. The all-in-one sets
+   * it: its services start with its edge, and an upgrade to one not running yet would get 1013. A
+   * distributed edge leaves it off: there a missing service is an outage elsewhere, and the edge
+   * still serves the others.
+   */
+  readonly awaitEveryService?: boolean
 }
 
 export interface HttpRoutes {
@@ -175,7 +182,11 @@ export const make = (
           return void runFork(Effect.map(absentServices, (absent) => {
             if (absent.length === 0) return reply(200, "ready\n")
             const what = `no live replica of ${absent.join(", ")}`
-            return absent.length === served.length ? reply(503, `not ready: ${what}, so every upgrade would be refused\n`) : reply(200, `ready, but ${what}\n`)
+            return absent.length === served.length
+              ? reply(503, `not ready: ${what}, so every upgrade would be refused\n`)
+              : options.awaitEveryService === true
+              ? reply(503, `not ready: ${what} yet\n`)
+              : reply(200, `ready, but ${what}\n`)
           }))
         }
         if (req.method === "GET" && path === "/metrics") return reply(200, metrics.render(), "text/plain; version=0.0.4")
