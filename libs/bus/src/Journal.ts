@@ -17,8 +17,9 @@ export interface JournalSpec {
   /** Entries older than this are dropped. */
   readonly maxAge: Duration.DurationInput
   /**
-   * What all keys together may hold; the oldest entries of any key are dropped beyond it. JetStream
-   * has no byte limit per subject, so a key's own bytes are bounded only by `maxMessagesPerKey`
+   * What all keys together may hold; the oldest entries of any key are dropped beyond it. Each
+   * entry counts its bytes and what the adapter spends on it besides (JetStream: its subject and
+   * headers; the embedded journal: its objects). JetStream has no byte limit per subject, so a key's own bytes are bounded only by `maxMessagesPerKey`
    * times the largest entry the caller accepts.
    */
   readonly maxBytes: number
