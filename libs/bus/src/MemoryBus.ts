@@ -494,12 +494,22 @@ const makeLog = (spec: JournalSpec): JournalLog => {
       enforceLimits(entry.at)
       for (const follower of key.followers) queueMicrotask(() => follower(entry))
     },
-    read: (name, { before, limit }) =>
+    read: (name, { before, limit, maxBytes = Number.POSITIVE_INFINITY }) =>
       Effect.sync(() => {
         enforceLimits(Date.now())
         const entries = keys.get(name)?.entries ?? []
-        const kept = before === undefined ? entries : entries.filter((e) => e.seq < before)
-        return kept.slice(Math.max(0, kept.length - limit))
+        // Back from the newest entry before the cursor, while the page has room.
+        let end = entries.length
+        while (end > 0 && before !== undefined && entries[end - 1]!.seq >= before) end--
+        let start = end
+        let bytes = 0
+        while (start > 0 && end - start < limit) {
+          const size = entries[start - 1]!.data.byteLength
+          if (start < end && bytes + size > maxBytes) break
+          bytes += size
+          start--
+        }
+        return { entries: entries.slice(start, end), more: start > 0 }
       }),
     follow: (name, options, onEntry) =>
       Effect.acquireRelease(
