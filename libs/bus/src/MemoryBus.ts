@@ -400,8 +400,9 @@ interface Key {
 
 /**
  * What the budget charges an entry besides its bytes: its object, its Uint8Array and ArrayBuffer,
- * their backing store and its two index slots (about 400 bytes measured on Node 20, in
- * JournalMemory.test.ts). Without it, a budget of small entries held three times its size.
+ * their backing store and its two index slots (about 350 bytes measured on Node 20 in
+ * JournalMemory.test.ts, rounded up). Without it, a budget of small entries held several times
+ * its size.
  */
 const ENTRY_OVERHEAD = 400
 
