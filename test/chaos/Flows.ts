@@ -268,16 +268,23 @@ export const mcpxFlow = (ledger: Ledger, edges: Edges, k: number, topic = TOPIC)
         const base = new URL(line.url)
         const http = `http://${base.host}`
         let before: number | null = null
-        for (let page = 0; page < 30; page++) {
+        for (let page = 0, busy = 0; page < 30; page++) {
           const res = await fetch(`${http}/v0/topics/${encodeURIComponent(topic)}/history?limit=1000${before === null ? "" : `&before=${before}`}`, {
             headers: { authorization: `Bearer ${t}` },
             signal: AbortSignal.timeout(5_000)
           })
+          // Many participants reconnect at once after a fault: a broker turns reads past its bound
+          // away with 503 and Retry-After, and the same page is asked for again, as a client would.
+          if (res.status === 503 && res.headers.has("retry-after") && busy++ < 10) {
+            await new Promise((resolve) => setTimeout(resolve, Number(res.headers.get("retry-after")) * 1000))
+            page--
+            continue
+          }
           if (res.status !== 200) throw new Error(`history answered ${res.status}: ${await res.text()}`)
-          const body = (await res.json()) as { readonly envelopes: ReadonlyArray<Json>; readonly before: number | null }
+          const body = (await res.json()) as { readonly envelopes: ReadonlyArray<Json>; readonly before: number | null; readonly more: boolean }
           const known = body.envelopes.some((e) => ledger.received.get(id)?.has(String(e["id"])) ?? false)
           for (const e of body.envelopes) receive(e)
-          if (known || body.before === null || body.envelopes.length === 0) return page + 1
+          if (known || body.before === null || !body.more) return page + 1
           before = body.before
         }
         return 30

@@ -64,14 +64,20 @@ const history = (http: () => string | undefined, topic: string) =>
     return yield* Effect.tryPromise(async () => {
       const ids = new Set<string>()
       let before: number | null = null
-      for (let page = 0; page < 30; page++) {
+      for (let page = 0, busy = 0; page < 30; page++) {
         const res = await fetch(`${http()}/v0/topics/${encodeURIComponent(topic)}/history?limit=1000${before === null ? "" : `&before=${before}`}`, {
           headers: { authorization: `Bearer ${t}` },
           signal: AbortSignal.timeout(5_000)
         })
-        const body = (await res.json()) as { readonly envelopes: ReadonlyArray<{ readonly id: string }>; readonly before: number | null }
+        // A broker turns reads past its bound away with 503 and Retry-After: the same page again.
+        if (res.status === 503 && res.headers.has("retry-after") && busy++ < 10) {
+          await new Promise((resolve) => setTimeout(resolve, Number(res.headers.get("retry-after")) * 1000))
+          page--
+          continue
+        }
+        const body = (await res.json()) as { readonly envelopes: ReadonlyArray<{ readonly id: string }>; readonly before: number | null; readonly more: boolean }
         for (const e of body.envelopes) ids.add(e.id)
-        if (body.before === null || body.envelopes.length === 0) break
+        if (body.before === null || !body.more) break
         before = body.before
       }
       return ids

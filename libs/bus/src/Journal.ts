@@ -17,8 +17,9 @@ export interface JournalSpec {
   /** Entries older than this are dropped. */
   readonly maxAge: Duration.DurationInput
   /**
-   * What all keys together may hold; the oldest entries of any key are dropped beyond it. JetStream
-   * has no byte limit per subject, so a key's own bytes are bounded only by `maxMessagesPerKey`
+   * What all keys together may hold; the oldest entries of any key are dropped beyond it. Each
+   * entry counts its bytes and what the adapter spends on it besides (JetStream: its subject and
+   * headers; the embedded journal: its objects). JetStream has no byte limit per subject, so a key's own bytes are bounded only by `maxMessagesPerKey`
    * times the largest entry the caller accepts.
    */
   readonly maxBytes: number
@@ -50,6 +51,18 @@ export interface ReadOptions {
   readonly limit: number
   /** Only entries with a sequence below this (a cursor from an earlier read). */
   readonly before?: number
+  /**
+   * At most this many bytes of entries' data, counted from the newest; the newest entry comes even
+   * when it alone is larger, so reading page by page always makes progress. Unset: no byte bound.
+   */
+  readonly maxBytes?: number
+}
+
+/** What one read found: a key's entries, oldest first, and whether older ones remain. */
+export interface JournalPage {
+  readonly entries: ReadonlyArray<JournalEntry>
+  /** Entries older than the first returned (and before the cursor) remain: read on with its `seq` as `before`. */
+  readonly more: boolean
 }
 
 export interface FollowOptions {
@@ -64,8 +77,8 @@ export interface JournalLog {
    * spec's `retryFor` is dropped and reported to `options.lost`.
    */
   readonly append: (key: string, data: Uint8Array | string, options?: AppendOptions) => void
-  /** Oldest first. */
-  readonly read: (key: string, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalEntry>, BusError>
+  /** The newest entries before the cursor that fit the read's limits, oldest first. */
+  readonly read: (key: string, options: ReadOptions) => Effect.Effect<JournalPage, BusError>
   /**
    * Calls `onEntry` with every entry of `key` from `options.from` on, in sequence order, as they are
    * stored, until the scope closes. It returns once following has begun.

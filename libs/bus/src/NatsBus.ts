@@ -630,29 +630,37 @@ export const makeJournal = (
           options?.lost?.(why)
         }, headers)
       },
-      read: (key, { before, limit }) =>
+      read: (key, { before, limit, maxBytes = Number.POSITIVE_INFINITY }) =>
         Effect.tryPromise({
           try: async () => {
             const subject = subjectOf(key)
             const { state } = await m.streams.info(name, { subjects_filter: subject })
             const stored = state.subjects?.[subject] ?? 0
-            if (stored === 0) return []
+            if (stored === 0) return { entries: [], more: false }
             // A key holds at most `maxMessagesPerKey` entries, so reading it from its start is
             // bounded; JetStream has no backwards read by subject.
             const consumer = await js.consumers.get(name, { filter_subjects: subject, deliver_policy: DeliverPolicy.All })
             const messages = await consumer.fetch({ max_messages: stored, expires: 5_000 })
+            // A window over the key that keeps only its newest entries within the limits, so a read
+            // holds about one page whatever the key holds.
             const out: Array<JournalEntry> = []
+            let bytes = 0
+            let more = false
             try {
               for await (const msg of messages) {
                 if (before !== undefined && msg.seq >= before) break
                 out.push(toEntry(msg))
-                if (out.length > limit) out.shift()
+                bytes += msg.data.byteLength
+                while (out.length > limit || (out.length > 1 && bytes > maxBytes)) {
+                  bytes -= out.shift()!.data.byteLength
+                  more = true
+                }
                 if (msg.info.pending === 0) break
               }
             } finally {
               await messages.close()
             }
-            return out
+            return { entries: out, more }
           },
           catch: busError("Kv", `read ${key} from journal ${spec.name}`)
         }),

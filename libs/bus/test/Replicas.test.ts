@@ -68,7 +68,7 @@ describe("state replicas on a NATS cluster", () => {
       for (let i = 0; i < 3; i++) journal.append("room", `entry ${i}`)
       const stored = (n: number) =>
         Effect.suspend(() => journal.read("room", { limit: 20 })).pipe(
-          Effect.map((entries) => entries.map((e) => decoder.decode(e.data))),
+          Effect.map(({ entries }) => entries.map((e) => decoder.decode(e.data))),
           Effect.filterOrFail((entries) => entries.length === n, (entries) => new Error(`the journal holds ${entries.length} of ${n} entries`)),
           Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 80 })
         )

@@ -15,7 +15,7 @@ import * as Stream from "effect/Stream"
 import * as Fiber from "effect/Fiber"
 import * as Scope from "effect/Scope"
 import { Bus, type BusMessage, text } from "../src/Bus.ts"
-import { Journal, type JournalSpec } from "../src/Journal.ts"
+import { Journal, type JournalLog, type JournalSpec, type ReadOptions } from "../src/Journal.ts"
 import { Kv } from "../src/Kv.ts"
 
 export type MakeLayer<R> = (namespace: string) => Layer.Layer<Bus | Kv | Journal, unknown, R>
@@ -361,6 +361,8 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
         retryFor: "30 seconds",
         ...limits
       })
+      /** A read's entries, for the tests that are not about pages. */
+      const entriesOf = (log: JournalLog, key: string, options: ReadOptions) => Effect.map(log.read(key, options), (page) => page.entries)
       const text = (entries: ReadonlyArray<{ readonly data: Uint8Array }>) => entries.map((e) => new TextDecoder().decode(e.data))
       /** Appends are not awaited: polls (bounded) until `done` holds. */
       const until = <A>(read: Effect.Effect<A, unknown>, done: (a: A) => boolean) =>
@@ -374,24 +376,24 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
         withBus(
           Effect.gen(function*() {
             const journal = yield* (yield* Journal).open(spec("history"))
-            expect(yield* journal.read("a", { limit: 10 })).toEqual([])
+            expect(yield* entriesOf(journal, "a", { limit: 10 })).toEqual([])
             // Two keys interleaved: each keeps its own newest five, and sequences are the journal's.
             for (let i = 1; i <= 8; i++) {
               journal.append("a", `a${i}`)
               journal.append("b", `b${i}`)
             }
-            const all = yield* until(journal.read("a", { limit: 10 }), (es) => es.length === 5 && text(es)[4] === "a8")
+            const all = yield* until(entriesOf(journal, "a", { limit: 10 }), (es) => es.length === 5 && text(es)[4] === "a8")
             expect(text(all)).toEqual(["a4", "a5", "a6", "a7", "a8"])
             expect(all.map((e) => e.seq)).toEqual([7, 9, 11, 13, 15])
             expect(all.every((e) => e.at > Date.now() - 60_000 && e.at <= Date.now())).toBe(true)
-            expect(text(yield* until(journal.read("b", { limit: 10 }), (es) => text(es)[4] === "b8"))).toEqual(["b4", "b5", "b6", "b7", "b8"])
-            expect(text(yield* journal.read("a", { limit: 2 }))).toEqual(["a7", "a8"])
-            expect(text(yield* journal.read("a", { limit: 2, before: 13 }))).toEqual(["a5", "a6"])
-            expect(text(yield* journal.read("a", { limit: 10, before: 9 }))).toEqual(["a4"])
-            expect(yield* journal.read("never", { limit: 10 })).toEqual([])
+            expect(text(yield* until(entriesOf(journal, "b", { limit: 10 }), (es) => text(es)[4] === "b8"))).toEqual(["b4", "b5", "b6", "b7", "b8"])
+            expect(text(yield* entriesOf(journal, "a", { limit: 2 }))).toEqual(["a7", "a8"])
+            expect(text(yield* entriesOf(journal, "a", { limit: 2, before: 13 }))).toEqual(["a5", "a6"])
+            expect(text(yield* entriesOf(journal, "a", { limit: 10, before: 9 }))).toEqual(["a4"])
+            expect(yield* entriesOf(journal, "never", { limit: 10 })).toEqual([])
             // Opening again finds the same journal.
             const again = yield* (yield* Journal).open(spec("history"))
-            expect(text(yield* again.read("a", { limit: 1 }))).toEqual(["a8"])
+            expect(text(yield* entriesOf(again, "a", { limit: 1 }))).toEqual(["a8"])
             expect(yield* again.nextSeq).toBe(17)
           })
         ))
@@ -399,21 +401,48 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
       it.scoped("keeps only the newest entries of all keys that fit in maxBytes", () =>
         withBus(
           Effect.gen(function*() {
-            const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 1_000, maxBytes: 2_000 }))
+            const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 1_000, maxBytes: 4_000 }))
             const entry = (i: number) => `${String(i).padStart(3, "0")}${"x".repeat(97)}`
             for (let i = 1; i <= 50; i++) journal.append(i % 2 === 0 ? "even" : "odd", entry(i))
             const kept = yield* until(
-              Effect.zipWith(journal.read("odd", { limit: 1_000 }), journal.read("even", { limit: 1_000 }), (odd, even) =>
+              Effect.zipWith(entriesOf(journal, "odd", { limit: 1_000 }), entriesOf(journal, "even", { limit: 1_000 }), (odd, even) =>
                 [...odd, ...even].sort((x, y) => x.seq - y.seq)),
               (es) => es.length > 0 && text(es)[es.length - 1] === entry(50)
             )
-            // 100 bytes each: at most 20 fit together (fewer where the adapter counts its own
-            // overhead, as JetStream does with the subject and each append's message-id header),
-            // and what is kept is the newest run across both keys.
+            // 100 bytes each: at most 40 fit together (fewer where the adapter counts its own
+            // overhead, as JetStream does with the subject and each append's message-id header, and
+            // the embedded journal with each entry's bookkeeping), and what is kept is the newest
+            // run across both keys.
             const bytes = kept.reduce((sum, e) => sum + e.data.byteLength, 0)
-            expect(bytes).toBeLessThanOrEqual(2_000)
+            expect(bytes).toBeLessThanOrEqual(4_000)
             expect(kept.length).toBeGreaterThanOrEqual(8)
             expect(text(kept)).toEqual(Array.from({ length: kept.length }, (_, i) => entry(51 - kept.length + i)))
+          })
+        ))
+
+      it.scoped("reads a page bounded by bytes, newest first, with the cursor to go on; an entry larger than the page comes alone", () =>
+        withBus(
+          Effect.gen(function*() {
+            const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 100 }))
+            // Sizes 100, 100, 100, 500, 100, 100, 100: a 250-byte page holds two of the small ones.
+            const sizes = [100, 100, 100, 500, 100, 100, 100]
+            sizes.forEach((size, i) => journal.append("room", `${i}`.padEnd(size, "x")))
+            journal.append("other", "y".repeat(1_000))
+            yield* until(entriesOf(journal, "room", { limit: 100 }), (es) => es.length === sizes.length)
+            const pages: Array<ReadonlyArray<string>> = []
+            let before: number | undefined
+            for (let more = true; more && pages.length < 20;) {
+              const page = yield* journal.read("room", { limit: 100, maxBytes: 250, ...(before === undefined ? {} : { before }) })
+              pages.push(text(page.entries).map((t) => t[0]!))
+              more = page.more
+              before = page.entries[0]?.seq
+            }
+            expect(pages).toEqual([["5", "6"], ["4"], ["3"], ["1", "2"], ["0"]])
+            // The count limit still applies, and says there is more too.
+            const two = yield* journal.read("room", { limit: 2 })
+            expect([text(two.entries).map((t) => t[0]), two.more]).toEqual([["5", "6"], true])
+            expect((yield* journal.read("room", { limit: 100 })).more).toBe(false)
+            expect(yield* journal.read("never", { limit: 10, maxBytes: 10 })).toEqual({ entries: [], more: false })
           })
         ))
 
@@ -423,12 +452,12 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
             const journal = yield* (yield* Journal).open(spec("history", { maxMessagesPerKey: 100 }))
             journal.append("room", "before")
             journal.append("other", "elsewhere")
-            yield* until(journal.read("room", { limit: 10 }), (es) => es.length === 1)
+            yield* until(entriesOf(journal, "room", { limit: 10 }), (es) => es.length === 1)
             const from = yield* journal.nextSeq
             journal.append("room", "r1")
             journal.append("other", "not followed")
             journal.append("room", "r2")
-            yield* until(journal.read("room", { limit: 10 }), (es) => es.length === 3)
+            yield* until(entriesOf(journal, "room", { limit: 10 }), (es) => es.length === 3)
             const replayed = yield* Queue.unbounded<string>()
             yield* journal.follow("room", { from }, (e) => void Queue.unsafeOffer(replayed, new TextDecoder().decode(e.data)))
             // A follower that starts now hears only what is appended from here on.

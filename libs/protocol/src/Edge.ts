@@ -55,7 +55,9 @@ export type HttpRequest = typeof HttpRequest.Type
 
 export const HttpResponse = Schema.Struct({
   status: Schema.Int,
-  body: Schema.Unknown
+  body: Schema.Unknown,
+  /** Seconds, sent as `Retry-After`: when a client turned away for load may ask again. */
+  retryAfter: Schema.optional(Schema.Int)
 })
 export type HttpResponse = typeof HttpResponse.Type
 

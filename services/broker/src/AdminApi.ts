@@ -22,6 +22,8 @@ export const participantPeers = Peer.protocol(Mcpx.ParticipantPeer)
 
 const respond = (status: number, body: unknown): Edge.HttpResponse => ({ status, body })
 const problem = (status: number, error: string) => respond(status, { error })
+/** How long a client turned away for too many history reads waits before it asks again. */
+const HISTORY_RETRY_AFTER_SECONDS = 1
 
 /** A path segment as the client meant it; a malformed `%` escape is the client's error (400), not a throw. */
 const segment = (raw: string): Effect.Effect<string, Edge.HttpResponse> => {
@@ -43,6 +45,27 @@ export const make = Effect.gen(function*() {
   const auth = yield* AuthClient.AuthClient
   const members = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.members), Mcpx.Member)
   const journal = yield* (yield* Journal.Journal).open(yield* BrokerConfig.history)
+  const pageBytes = yield* BrokerConfig.historyPageBytes
+  const maxWaiting = yield* BrokerConfig.historyReadsWaiting
+  /**
+   * A page costs a few times its bytes while it is read, decoded and written out, so the reads one
+   * process runs at once are bounded: a few wait their turn (a page takes milliseconds), and past
+   * those a read is turned away at once rather than queued behind work its client may give up on.
+   */
+  const reads = yield* BrokerConfig.historyReads
+  const readers = yield* Effect.makeSemaphore(reads)
+  /** Reads running or waiting for `readers`. */
+  let pending = 0
+  const tooBusy: Edge.HttpResponse = {
+    ...problem(503, "too many history reads at once; retry shortly"),
+    retryAfter: HISTORY_RETRY_AFTER_SECONDS
+  }
+  const boundedRead = <E, R>(read: Effect.Effect<Edge.HttpResponse, E, R>) =>
+    Effect.suspend(() => {
+      if (pending >= reads + maxWaiting) return Effect.succeed(tooBusy)
+      pending++
+      return readers.withPermits(1)(read).pipe(Effect.ensuring(Effect.sync(() => pending--)))
+    })
 
   const caller = (request: Edge.HttpRequest) => {
     const m = /^Bearer\s+(.+)$/i.exec(request.authorization ?? "")
@@ -89,7 +112,10 @@ export const make = Effect.gen(function*() {
         respond(200, { topic, participants: found.map(({ value }) => ({ id: value.participant, privilege: value.privilege })) }))
       : Effect.succeed(problem(403, `token is not valid for topic ${topic}`))
 
-  /** The newest `limit` envelopes before the `before` cursor, oldest first, and the cursor for the page before. */
+  /**
+   * The newest `limit` envelopes before the `before` cursor that fit in MCPX_HISTORY_PAGE_BYTES,
+   * oldest first, the cursor for the page before, and whether there is one.
+   */
   const history = (claims: Auth.Claims, topic: string, query: Readonly<Record<string, string>>) =>
     Effect.gen(function*() {
       if (!maySee(claims, topic)) return problem(403, `token is not valid for topic ${topic}`)
@@ -97,16 +123,36 @@ export const make = Effect.gen(function*() {
       const before = query["before"] === undefined ? undefined : Number(query["before"])
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_HISTORY_PAGE) return problem(400, `limit is 1 to ${MAX_HISTORY_PAGE}`)
       if (before !== undefined && (!Number.isInteger(before) || before < 1)) return problem(400, "before is a sequence number from an earlier page")
+      return yield* boundedRead(historyPage(topic, limit, before))
+    })
+
+  const historyPage = (topic: string, limit: number, before: number | undefined) =>
+    Effect.gen(function*() {
       // A topic nobody spoke in has no entries; it is a subject of the one history, never a stream of its own.
-      const entries = yield* journal.read(Subjects.historyKey(topic), before === undefined ? { limit } : { limit, before })
-      // One entry that cannot be read (stored before a limit existed, say) must not cost the page.
+      const page = yield* journal.read(Subjects.historyKey(topic), { limit, maxBytes: pageBytes, ...(before === undefined ? {} : { before }) })
+      // The bound is on what goes out, and an envelope written again can be longer than it was
+      // stored (`1e20` becomes 21 digits): measured again, newest first, the first always kept.
       const envelopes: Array<unknown> = []
-      for (const entry of entries) {
+      let bytes = 0
+      let oldest = page.entries.length
+      for (let i = page.entries.length - 1; i >= 0; i--) {
+        const entry = page.entries[i]!
         const parsed = Json.parse(Bus.text(entry))
-        if (Either.isRight(parsed)) envelopes.push(parsed.right)
-        else yield* Effect.logWarning(`history of topic ${topic}: skipped entry ${entry.seq}: ${parsed.left}`)
+        // One entry that cannot be read (stored before a limit existed, say) must not cost the page.
+        if (Either.isLeft(parsed)) {
+          yield* Effect.logWarning(`history of topic ${topic}: skipped entry ${entry.seq}: ${parsed.left}`)
+          oldest = i
+          continue
+        }
+        const size = Buffer.byteLength(JSON.stringify(parsed.right))
+        if (envelopes.length > 0 && bytes + size > pageBytes) break
+        bytes += size
+        envelopes.push(parsed.right)
+        oldest = i
       }
-      return respond(200, { topic, envelopes, before: entries.length === 0 ? null : entries[0]!.seq })
+      envelopes.reverse()
+      const more = page.more || oldest > 0
+      return respond(200, { topic, envelopes, before: oldest < page.entries.length ? page.entries[oldest]!.seq : null, more })
     })
 
   const route = (request: Edge.HttpRequest) =>

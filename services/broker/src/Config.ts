@@ -32,6 +32,27 @@ export const historyTotalBytes = Settings.positiveInt(
   64 * 1024 * 1024,
   "Bytes of history all topics keep together (the history stream's max_bytes on NATS); the oldest go first"
 )
+/**
+ * A page's answer goes back to the edge as one bus message, so it must fit a NATS server's
+ * max_payload: 1 MiB on a server started with defaults (`nats-server -js`). Half of that leaves
+ * room for the answer's framing and for envelopes whose JSON grows when it is written again.
+ */
+export const historyPageBytes = Settings.positiveInt(
+  "MCPX_HISTORY_PAGE_BYTES",
+  512 * 1024,
+  "Largest history page in bytes of envelopes (one envelope larger than this still comes alone); fewer envelopes than `limit` come, with `more` and the cursor to go on"
+)
+export const historyReads = Settings.positiveInt(
+  "MCPX_HISTORY_READS",
+  4,
+  "History page reads one broker process runs at once; more wait their turn (see MCPX_HISTORY_READS_WAITING)"
+)
+export const historyReadsWaiting = Settings.nonNegativeInt(
+  "MCPX_HISTORY_READS_WAITING",
+  32,
+  "History page reads one broker process keeps waiting for MCPX_HISTORY_READS; past it a read is answered 503 with Retry-After",
+  "none waits"
+)
 export const historyRetry = Settings.duration(
   "MCPX_HISTORY_RETRY",
   "30 seconds",

@@ -59,7 +59,7 @@ const MAX_HTTP_BODY = 64 * 1024
 /** How the edge asks a service to answer a plain HTTP request. */
 const httpPeers = Peer.protocol(EdgeProtocol.ServiceHttp)
 
-type Reply = (status: number, body: string, type?: string) => void
+type Reply = (status: number, body: string, type?: string, retryAfter?: number) => void
 
 export const make = (
   options: HttpRoutesOptions
@@ -152,7 +152,7 @@ export const make = (
                     : e._tag === "PeerTimeout"
                     ? reply(504, `${service} service did not answer\n`)
                     : reply(502, "bad answer from the service\n"),
-                onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json")
+                onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json", r.retryAfter)
               }),
               // An answer that cannot be written (a status Node refuses, say) is the service's bug;
               // the client still gets an answer.
@@ -166,9 +166,13 @@ export const make = (
     }
 
     const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      const reply: Reply = (status, body, type = "text/plain; charset=utf-8") => {
+      const reply: Reply = (status, body, type = "text/plain; charset=utf-8", retryAfter) => {
         if (res.headersSent) return void res.destroy()
-        res.writeHead(status, { "content-type": type, "content-length": Buffer.byteLength(body) })
+        res.writeHead(status, {
+          "content-type": type,
+          "content-length": Buffer.byteLength(body),
+          ...(retryAfter === undefined ? {} : { "retry-after": String(retryAfter) })
+        })
         res.end(body)
       }
       guarded(req, reply, () => {
