@@ -14,93 +14,24 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as Schedule from "effect/Schedule"
-import { readFileSync } from "node:fs"
-import * as Net from "node:net"
 import { Bus, Subjects } from "@switchboard/bus"
 import { Edge } from "@switchboard/edge"
 import { Registry } from "@switchboard/registry"
 import * as Context from "effect/Context"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Flood from "./support/Flood.ts"
 import { liveHeap } from "./support/Heap.ts"
 import * as Inspector from "./support/Inspector.ts"
 import * as Processes from "./support/Processes.ts"
+import { MiB, mib, peakRss, rssOf } from "./support/Rss.ts"
 import { sseStream } from "./support/Sse.ts"
 import { busLayer, namespace, stack, token } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
-const MiB = 1024 * 1024
 const BOTH = "application/json, text/event-stream"
 const VERSION = "2025-06-18"
-
-/** The child's resident set, from the kernel: what the machine pays, buffers outside V8 included. */
-const rssOf = (pid: number) => {
-  const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-  return m?.[1] === undefined ? 0 : Number(m[1]) * 1024
-}
-
-/** The highest resident set `pid` reaches while the returned fiber runs (sampled every 50 ms). */
-const peakRss = (pid: number) =>
-  Effect.gen(function*() {
-    let peak = rssOf(pid)
-    const fiber = yield* Effect.fork(Effect.repeat(Effect.sync(() => (peak = Math.max(peak, rssOf(pid)))), Schedule.spaced("50 millis")))
-    return { peak: () => peak, stop: Fiber.interrupt(fiber) }
-  })
-
-const mib = (bytes: number) => Math.round((bytes / MiB) * 10) / 10
-
-/**
- * A page whose tool `flood` sends up to `limit` progress notifications of 1 MiB each, as fast as its
- * tab's socket takes them (`busy` says when it is behind), until it is cancelled. `cancelled` gets
- * the reason the tab was given.
- */
-const floodPage = (limit: number, busy: () => boolean, cancelled: Deferred.Deferred<string>, exhausted: Deferred.Deferred<void>) => {
-  const server = new McpServer({ name: "flood", version: "1.0.0" })
-  const message = "x".repeat(MiB)
-  server.registerTool("flood", { inputSchema: {} }, async (_args, extra) => {
-    extra.signal.addEventListener("abort", () => Deferred.unsafeDone(cancelled, Exit.succeed(String(extra.signal.reason))))
-    const progressToken = extra._meta?.progressToken
-    for (let i = 1; i <= limit && !extra.signal.aborted && progressToken !== undefined; i++) {
-      await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, message } })
-      do await new Promise((resolve) => setTimeout(resolve, 1))
-      while (busy() && !extra.signal.aborted)
-    }
-    Deferred.unsafeDone(exhausted, Exit.void)
-    return { content: [{ type: "text" as const, text: "flooded" }] }
-  })
-  return server
-}
-
-/** A flooding tab of `user`; the reason its call was cancelled, or the end of its flood. */
-const floodTab = (proc: Processes.EdgeProcess, user: string, limit: number) =>
-  Effect.gen(function*() {
-    const cancelled = yield* Deferred.make<string>()
-    const exhausted = yield* Deferred.make<void>()
-    // The page is made before its tab's socket is open.
-    const socket: { current?: { readonly bufferedAmount: number } } = {}
-    const bridge = yield* tab(proc.ws, floodPage(limit, () => (socket.current?.bufferedAmount ?? 0) > 4 * MiB, cancelled, exhausted), {
-      user,
-      tabId: 1,
-      url: "https://flood.example.com/"
-    })
-    socket.current = bridge.socket
-    return { cancelled, exhausted }
-  })
-
-/** One HTTP request on a fresh TCP connection whose answer is never read; the socket ends with the scope. */
-const unreadRequest = (port: number, head: string, body = "") =>
-  Effect.acquireRelease(
-    Effect.async<Net.Socket, Error>((resume) => {
-      const socket = Net.connect(port, "127.0.0.1", () => {
-        socket.pause()
-        socket.write(`${head}Host: 127.0.0.1:${port}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
-        resume(Effect.succeed(socket))
-      })
-      socket.once("error", (e) => resume(Effect.fail(e)))
-    }),
-    (socket) => Effect.sync(() => socket.destroy())
-  ).pipe(Effect.orDie)
 
 /** A plain JSON POST to `/hub` (`initialize` without a session); the answer's status, session and body. */
 const post = (base: string, t: string, message: object, session?: string) =>
@@ -174,16 +105,20 @@ const cuts = (proc: { readonly url: string }, reason: string) =>
     Effect.map((text) => Number(new RegExp(`^switchboard_edge_http_responses_cut_total\\{reason="${reason}"\\} (\\d+)`, "m").exec(text)?.[1] ?? 0))
   )
 
+/** A flooding tab of `user`; the reason its call was cancelled, or the end of its flood. */
+const floodTab = (proc: Processes.EdgeProcess, user: string, limit: number) =>
+  Effect.gen(function*() {
+    const cancelled = yield* Deferred.make<string>()
+    const exhausted = yield* Deferred.make<void>()
+    yield* Flood.floodTab(proc, user, limit, {
+      cancelled: (reason) => Deferred.unsafeDone(cancelled, Exit.succeed(reason)),
+      exhausted: () => Deferred.unsafeDone(exhausted, Exit.void)
+    })
+    return { cancelled, exhausted }
+  })
+
 const memory = (proc: Processes.EdgeProcess, inspector: Inspector.Inspector) =>
   Effect.map(inspector.heapAfterGc, (heap) => ({ heap, rss: rssOf(proc.pid) }))
-
-/** `tools/call` of the flooding tab's tool, with a progress token, in a request whose answer is never read. */
-const unreadCall = (proc: Processes.EdgeProcess, t: string, session: string) =>
-  unreadRequest(
-    proc.port,
-    `POST /hub HTTP/1.1\r\nAuthorization: Bearer ${t}\r\nContent-Type: application/json\r\nAccept: ${BOTH}\r\nMcp-Session-Id: ${session}\r\nMCP-Protocol-Version: ${VERSION}\r\n`,
-    JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "website_tool_flood_example_com_tab1_flood", arguments: {}, _meta: { progressToken: "p" } } })
-  )
 
 /** The registry's own deadline for a call must not be what ends it here. */
 const LONG_CALLS = { REGISTRY_CALL_TIMEOUT: "10 minutes" }
@@ -203,7 +138,7 @@ describe("Streamable HTTP responses nobody reads", () => {
 
       const rss = yield* peakRss(proc.pid)
       const started = Date.now()
-      yield* unreadCall(proc, t, id)
+      yield* Flood.unreadCall(proc, t, id)
       const outcome = yield* Effect.raceFirst(
         Deferred.await(flood.cancelled),
         Effect.as(Deferred.await(flood.exhausted), "never cancelled: every progress message was taken")
@@ -236,7 +171,7 @@ describe("Streamable HTTP responses nobody reads", () => {
       // Only the request was cut: the session answers its next one.
       const list = yield* post(proc.url, t, { jsonrpc: "2.0", id: 8, method: "tools/list" }, id)
       expect(list.status).toBe(200)
-      expect(list.text).toContain("website_tool_flood_example_com_tab1_flood")
+      expect(list.text).toContain(Flood.FLOOD_TOOL)
     }), { timeout: 300_000 })
 
   it.scopedLive("a response whose bytes stop moving for EDGE_HTTP_WRITE_STALL is cut the same way, under a bound it never reaches", () =>
@@ -249,7 +184,7 @@ describe("Streamable HTTP responses nobody reads", () => {
       const flood = yield* floodTab(proc, "mallory", 40)
       const t = yield* token({ sub: "mallory" })
       const id = yield* session(proc.url, t)
-      yield* unreadCall(proc, t, id)
+      yield* Flood.unreadCall(proc, t, id)
       const outcome = yield* Effect.raceFirst(
         Deferred.await(flood.cancelled),
         // Every message taken, then the stall's second and some: the cut may come after the last write.
@@ -279,7 +214,7 @@ describe("Streamable HTTP responses nobody reads", () => {
         if (op !== undefined && exchange !== undefined) Queue.unsafeOffer(controls, { op, exchange })
       })
       const before = yield* liveHeap
-      yield* unreadRequest(proc.port, `GET /hub HTTP/1.1\r\nAuthorization: Bearer ${t}\r\nAccept: text/event-stream\r\nMcp-Session-Id: ${id}\r\nMCP-Protocol-Version: ${VERSION}\r\n`)
+      yield* Flood.unreadRequest(proc.port, `GET /hub HTTP/1.1\r\nAuthorization: Bearer ${t}\r\nAccept: text/event-stream\r\nMcp-Session-Id: ${id}\r\nMCP-Protocol-Version: ${VERSION}\r\n`)
       const opened = yield* Queue.take(controls)
       expect(opened.op).toBe("stream")
 
@@ -318,7 +253,7 @@ describe("Streamable HTTP responses nobody reads", () => {
       yield* tab(edge.url.replace("http", "ws"), server, { user: "mallory", tabId: 1, url: "https://big.example.com/" })
       const t = yield* token({ sub: "mallory" })
       const id = yield* session(edge.url, t)
-      yield* unreadRequest(
+      yield* Flood.unreadRequest(
         edge.port,
         `POST /hub HTTP/1.1\r\nAuthorization: Bearer ${t}\r\nContent-Type: application/json\r\nAccept: ${BOTH}\r\nMcp-Session-Id: ${id}\r\nMCP-Protocol-Version: ${VERSION}\r\n`,
         JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "website_tool_big_example_com_tab1_big", arguments: {} } })
