@@ -130,8 +130,8 @@ export const publicUrl = Config.option(
         "Unset: from the Host header"
     ),
     Config.mapOrFail((text) => {
-      const url = URL.parse(text.trim())
-      return url !== null && (url.protocol === "http:" || url.protocol === "https:") && url.search === "" && url.hash === "" && url.username === ""
+      const url = URL.canParse(text.trim()) ? new URL(text.trim()) : undefined
+      return url !== undefined && (url.protocol === "http:" || url.protocol === "https:") && url.search === "" && url.hash === "" && url.username === ""
         ? Either.right(text.trim())
         : Either.left(ConfigError.InvalidData([], `EDGE_PUBLIC_URL must be an http(s) URL without query or credentials, got ${JSON.stringify(text)}`))
     })
