@@ -1,5 +1,5 @@
 /**
- * The WebSocket upgrade: which path, from which Origin, with which token, within which limits. A
+ * The WebSocket upgrade: which path, from which Origin and Host, with which token, within which limits. A
  * request refused here gets a plain HTTP error before any service sees it; one accepted is
  * handshaken and handed to the socket I/O (`open`), which owns it from then on.
  */
