@@ -70,13 +70,13 @@ describe("edge against hostile peers", () => {
     Effect.gen(function*() {
       const { edge, ws } = yield* start()
       for (const target of ["//", "http://[::1", "//:x", "http://exa mple/"]) {
-        const plain = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: edge\r\n\r\n`)
-        const upgrade = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)
+        const plain = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: localhost\r\n\r\n`)
+        const upgrade = yield* rawStatus(edge.port, `GET ${target} HTTP/1.1\r\nHost: localhost\r\n${upgradeHeaders}\r\n`)
         expect([target, plain, upgrade]).toEqual([target, 400, 400])
       }
       // Targets that are URLs, but of no endpoint.
-      expect(yield* rawStatus(edge.port, `GET //healthz HTTP/1.1\r\nHost: edge\r\n\r\n`)).toBe(404)
-      expect(yield* rawStatus(edge.port, `GET http://elsewhere/nowhere HTTP/1.1\r\nHost: edge\r\n${upgradeHeaders}\r\n`)).toBe(404)
+      expect(yield* rawStatus(edge.port, `GET //healthz HTTP/1.1\r\nHost: localhost\r\n\r\n`)).toBe(404)
+      expect(yield* rawStatus(edge.port, `GET http://elsewhere/nowhere HTTP/1.1\r\nHost: localhost\r\n${upgradeHeaders}\r\n`)).toBe(404)
       yield* stillServes(edge, ws)
     }))
 

@@ -274,7 +274,7 @@ const traffic = (proc: Processes.EdgeProcess, duration: Duration.DurationInput) 
         // Refused on its declared length, before the body is read (fetch would see its upload cut).
         const oversized = yield* rawStatus(
           proc.port,
-          `POST /hub HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${mallory}\r\nContent-Type: application/json\r\nAccept: ${json.accept}\r\nContent-Length: ${5 * 1024 * 1024}\r\n\r\n{"jsonrpc"`
+          `POST /hub HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${mallory}\r\nContent-Type: application/json\r\nAccept: ${json.accept}\r\nContent-Length: ${5 * 1024 * 1024}\r\n\r\n{"jsonrpc"`
         )
         yield* expectThat(oversized.startsWith("HTTP/1.1 413 "), { expected: 413, status: oversized })
       })

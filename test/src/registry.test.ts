@@ -433,7 +433,9 @@ describe("/tabs: what a tab may send", () => {
 
   it.scopedLive("bad input: invalid JSON, requests before hello, bad hello, unknown methods, origin mismatch, spoofed answers", () =>
     Effect.gen(function*() {
-      const ws = yield* start()
+      // The edge lets evil.example.com's pages through, so that the registry's own check (the
+      // Origin must be the tab's) is what refuses one claiming another site's tab.
+      const ws = yield* start({ ALLOWED_ORIGINS: "https://evil.example.com" })
       const t = yield* rawTab(ws)
       t.send("{oops")
       expect(yield* t.next).toMatchObject({ id: null, error: { code: -32700 } })

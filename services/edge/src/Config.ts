@@ -4,14 +4,32 @@ import { Settings } from "@switchboard/protocol"
 import * as Config from "effect/Config"
 import * as ConfigError from "effect/ConfigError"
 import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import { originError } from "./OriginPolicy.ts"
 
 export const port = Settings.intBetween("PORT", 0, 65535, 8080, "HTTP/WebSocket port; 0 picks a free one")
 export const host = Config.string("HOST").pipe(Config.withDescription("Address to bind"), Config.withDefault("127.0.0.1"))
-export const allowedOrigins = Config.string("ALLOWED_ORIGINS").pipe(
-  Config.withDescription("Comma-separated allowed Origin values for upgrades; * accepts any (and warns)"),
-  Config.withDefault("*"),
-  Config.map((s) => s.split(",").map((o) => o.trim()).filter((o) => o.length > 0))
-)
+/**
+ * Unset, the edge takes browsers' extensions and pages served from loopback, and no other web page:
+ * the MCP specification requires servers to check `Origin`, and a wildcard default let any site a
+ * user visits drive their sessions.
+ */
+export const allowedOrigins = Config.option(
+  Config.string("ALLOWED_ORIGINS").pipe(
+    Config.withDescription(
+      "Comma-separated Origins browsers may connect from (upgrades and /hub); * accepts any (and warns). " +
+        "Unset: browser extensions and loopback pages only. Requests without Origin are always accepted"
+    ),
+    Config.mapOrFail((text) => {
+      const origins = text.split(",").map((o) => o.trim()).filter((o) => o.length > 0)
+      for (const origin of origins) {
+        const error = originError(origin)
+        if (error !== undefined) return Either.left(ConfigError.InvalidData([], `ALLOWED_ORIGINS: ${error}`))
+      }
+      return Either.right(origins as ReadonlyArray<string>)
+    })
+  )
+).pipe(Config.map(Option.filter((origins) => origins.length > 0)))
 export const embedAllowedOrigins = Config.string("EMBED_ALLOWED_ORIGINS").pipe(
   Config.withDescription("Comma-separated origins of the web apps that may embed /embed; none by default (embedding is opt-in)"),
   Config.withDefault(""),
@@ -116,6 +134,25 @@ export const httpSessionCache = Settings.nonNegativeDuration(
 )
 export const publicUrl = Config.option(
   Config.string("EDGE_PUBLIC_URL").pipe(
-    Config.withDescription("This edge's base URL as clients reach it (https://mcp.example.com), for OAuth metadata; from the Host header when unset")
+    Config.withDescription(
+      "This edge's base URL as clients reach it (https://mcp.example.com), for OAuth metadata; requests must then name its host in Host. " +
+        "Unset: from the Host header"
+    ),
+    Config.mapOrFail((text) => {
+      const url = URL.canParse(text.trim()) ? new URL(text.trim()) : undefined
+      return url !== undefined && (url.protocol === "http:" || url.protocol === "https:") && url.search === "" && url.hash === "" && url.username === ""
+        ? Either.right(text.trim())
+        : Either.left(ConfigError.InvalidData([], `EDGE_PUBLIC_URL must be an http(s) URL without query or credentials, got ${JSON.stringify(text)}`))
+    })
   )
+)
+/**
+ * Real JWTs are far smaller (an RS256 token with a few dozen claims is 1 to 2 KiB, Entra ID's with
+ * group claims up to about 6 KiB), and proxies commonly cap a header at 8 KiB; a larger token is
+ * refused before it reaches auth or any cache.
+ */
+export const maxTokenBytes = Settings.positiveInt(
+  "EDGE_MAX_TOKEN_BYTES",
+  8192,
+  "Largest bearer token the edge takes (Authorization header or ?token=), in bytes; a longer one is refused 401 invalid_token without being verified"
 )

@@ -21,6 +21,7 @@ import * as Boundary from "./Boundary.ts"
 import * as EdgeConfig from "./Config.ts"
 import * as HttpRoutes from "./HttpRoutes.ts"
 import { EdgeMetrics } from "./Metrics.ts"
+import * as OriginPolicy from "./OriginPolicy.ts"
 import { type HttpRouteTable, type RouteTable, standard, standardHttp } from "./Routes.ts"
 import * as Sockets from "./Sockets.ts"
 import { Turn } from "./Turn.ts"
@@ -55,6 +56,8 @@ const make = (options: EdgeOptions) =>
       port: yield* EdgeConfig.port,
       host: yield* EdgeConfig.host,
       origins: yield* EdgeConfig.allowedOrigins,
+      publicUrl: yield* EdgeConfig.publicUrl,
+      maxTokenBytes: yield* EdgeConfig.maxTokenBytes,
       maxPayload: yield* EdgeConfig.maxPayload,
       maxPayloadByPath: yield* EdgeConfig.maxPayloadByPath,
       pingInterval: yield* EdgeConfig.pingInterval,
@@ -75,7 +78,8 @@ const make = (options: EdgeOptions) =>
     const edgeId = Subjects.EdgeId(
       Option.getOrElse(yield* EdgeConfig.edgeId, () => `edge-${randomBytes(6).toString("hex")}`)
     )
-    if (config.origins.includes("*")) {
+    const policy = OriginPolicy.make({ allowedOrigins: config.origins, bindAddress: config.host, publicUrl: config.publicUrl })
+    if (policy.anyOrigin) {
       yield* Effect.logWarning("ALLOWED_ORIGINS is *: any web page may open sockets here; set an allow-list in production")
     }
 
@@ -95,7 +99,8 @@ const make = (options: EdgeOptions) =>
       edgeId,
       routes,
       httpRoutes: options.httpRoutes ?? standardHttp,
-      origins: config.origins,
+      policy,
+      maxTokenBytes: config.maxTokenBytes,
       openTimeout: config.openTimeout,
       metrics,
       turn,
@@ -135,7 +140,8 @@ const make = (options: EdgeOptions) =>
 
     const upgrade = yield* Upgrade.make({
       routes,
-      origins: config.origins,
+      policy,
+      maxTokenBytes: config.maxTokenBytes,
       perAddress: config.perAddress,
       perUser: config.perUser,
       limitOf,
@@ -187,7 +193,7 @@ const make = (options: EdgeOptions) =>
     const address = server.address()
     const port = typeof address === "object" && address !== null ? address.port : config.port
     const url = `http://${config.host}:${port}`
-    yield* Effect.logInfo(`edge ${edgeId} listening on ${url} (${Object.keys(routes).join(", ")})`)
+    yield* Effect.logInfo(`edge ${edgeId} listening on ${url} (${Object.keys(routes).join(", ")}); ${policy.summary}`)
     return { id: edgeId, port, url, metrics, connections: () => sockets.size() } satisfies EdgeServerShape
   })
 

@@ -17,7 +17,8 @@ import type * as Http from "node:http"
 import type { Boundary } from "./Boundary.ts"
 import * as Embed from "./Embed.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
-import { requestLog, targetOf } from "./Requests.ts"
+import type { OriginPolicy } from "./OriginPolicy.ts"
+import { headerToken, requestLog, targetOf, tokenTooLong } from "./Requests.ts"
 import type { HttpRouteTable, RouteTable } from "./Routes.ts"
 import * as StreamableHttp from "./StreamableHttp.ts"
 import type { Turn } from "./Turn.ts"
@@ -28,7 +29,10 @@ export interface HttpRoutesOptions {
   readonly routes: RouteTable
   /** Path prefixes a service answers over the bus. */
   readonly httpRoutes: HttpRouteTable
-  readonly origins: ReadonlyArray<string>
+  /** Which Host names every request must use, and which Origins may reach `/hub` (shared with the upgrade). */
+  readonly policy: OriginPolicy
+  /** The longest bearer token forwarded or verified; a longer one is refused 401 here. */
+  readonly maxTokenBytes: number
   readonly openTimeout: Duration.DurationInput
   readonly metrics: EdgeMetrics
   readonly turn: Turn
@@ -59,7 +63,7 @@ const MAX_HTTP_BODY = 64 * 1024
 /** How the edge asks a service to answer a plain HTTP request. */
 const httpPeers = Peer.protocol(EdgeProtocol.ServiceHttp)
 
-type Reply = (status: number, body: string, type?: string, retryAfter?: number) => void
+type Reply = (status: number, body: string, type?: string, headers?: Readonly<Record<string, string>>) => void
 
 export const make = (
   options: HttpRoutesOptions
@@ -79,7 +83,8 @@ export const make = (
         edgeId: options.edgeId,
         path: "/hub",
         service: hub.service,
-        origins: options.origins,
+        policy: options.policy,
+        maxTokenBytes: options.maxTokenBytes,
         openTimeout: options.openTimeout,
         runFork,
         logCaught,
@@ -125,6 +130,15 @@ export const make = (
 
     /** Hands a plain HTTP request to the service that answers its path, over the bus. */
     const forwardHttp = (req: Http.IncomingMessage, url: URL, service: Subjects.ServiceName, reply: Reply) => {
+      // Refused before its body is read, and never sent to the service to verify.
+      const token = headerToken(req)
+      const tooLong = token === undefined ? undefined : tokenTooLong(token, options.maxTokenBytes)
+      if (tooLong !== undefined) {
+        return reply(401, JSON.stringify({ error: `invalid token: ${tooLong}` }), "application/json", {
+          "www-authenticate": `Bearer error="invalid_token"`,
+          connection: "close"
+        })
+      }
       const chunks: Array<Buffer> = []
       let size = 0
       req.on("data", (chunk: Buffer) => {
@@ -152,7 +166,7 @@ export const make = (
                     : e._tag === "PeerTimeout"
                     ? reply(504, `${service} service did not answer\n`)
                     : reply(502, "bad answer from the service\n"),
-                onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json", r.retryAfter)
+                onSuccess: (r) => reply(r.status, JSON.stringify(r.body), "application/json", r.retryAfter === undefined ? {} : { "retry-after": String(r.retryAfter) })
               }),
               // An answer that cannot be written (a status Node refuses, say) is the service's bug;
               // the client still gets an answer.
@@ -166,19 +180,18 @@ export const make = (
     }
 
     const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      const reply: Reply = (status, body, type = "text/plain; charset=utf-8", retryAfter) => {
+      const reply: Reply = (status, body, type = "text/plain; charset=utf-8", headers = {}) => {
         if (res.headersSent) return void res.destroy()
-        res.writeHead(status, {
-          "content-type": type,
-          "content-length": Buffer.byteLength(body),
-          ...(retryAfter === undefined ? {} : { "retry-after": String(retryAfter) })
-        })
+        res.writeHead(status, { ...headers, "content-type": type, "content-length": Buffer.byteLength(body) })
         res.end(body)
       }
       guarded(req, reply, () => {
         const url = targetOf(req)
         if (url === undefined) return reply(400, "malformed request target\n")
         const path = url.pathname
+        const probe = req.method === "GET" && (path === "/healthz" || path === "/readyz" || path === "/metrics")
+        const misdirected = options.policy.checkHost(req.headers.host, probe)
+        if (misdirected !== undefined) return reply(misdirected.status, `${misdirected.message}\n`)
         if (req.method === "GET" && path === "/healthz") return reply(200, "ok\n")
         if (req.method === "GET" && path === "/readyz") {
           if (isShuttingDown()) return reply(503, "shutting down\n")

@@ -32,8 +32,48 @@ export const targetOf = (req: Http.IncomingMessage): URL | undefined => {
   return url
 }
 
-/** A request target as logs may show it: a `token` in the query is a credential, and is left out. */
-export const loggable = (target: string | undefined) => (target ?? "").replace(/([?&]token=)[^&#]*/gi, "$1…")
+/** Query names whose values are credentials, compared lowercased after decoding. */
+const CREDENTIALS: ReadonlySet<string> = new Set(["token", "access_token"])
+
+/** A query parameter's name as `URLSearchParams` (and so the upgrade) reads it: `%74oken` is `token`. */
+const decodedName = (raw: string) => new URLSearchParams(`${raw}=`).keys().next().value ?? raw
+
+/**
+ * A request target as logs may show it: a `token` in the query is a credential, and its value is
+ * left out. Names are compared decoded, as the server reads them, so no spelling of `token` the
+ * server takes (`%74oken`, `t%6Fken`) is logged; the rest of the target is left as it came.
+ */
+export const loggable = (target: string | undefined) => {
+  const raw = target ?? ""
+  const q = raw.indexOf("?")
+  if (q < 0) return raw
+  const hash = raw.indexOf("#", q)
+  const end = hash < 0 ? raw.length : hash
+  const query = raw.slice(q + 1, end).split("&").map((pair) => {
+    const eq = pair.indexOf("=")
+    const name = eq < 0 ? pair : pair.slice(0, eq)
+    return CREDENTIALS.has(decodedName(name).toLowerCase()) ? `${name}=…` : pair
+  })
+  return `${raw.slice(0, q + 1)}${query.join("&")}${raw.slice(end)}`
+}
+
+/** The bearer token of an `Authorization` header, if it has one. */
+export const headerToken = (req: Http.IncomingMessage): string | undefined => {
+  const header = req.headers.authorization
+  if (header === undefined) return undefined
+  return /^Bearer\s+(.+)$/i.exec(header.trim())?.[1]
+}
+
+/**
+ * Why a token is refused before anyone verifies it, or undefined: one far longer than any real JWT
+ * would otherwise cost a verification and a cache entry per request.
+ */
+export const tokenTooLong = (token: string, maxBytes: number): string | undefined => {
+  // UTF-8 takes at most three bytes per UTF-16 unit: most tokens are judged without counting.
+  if (token.length <= maxBytes / 3) return undefined
+  const bytes = Buffer.byteLength(token)
+  return bytes > maxBytes ? `token too long: ${bytes} bytes, at most ${maxBytes}` : undefined
+}
 
 /** What a log line says about the request an error happened in. */
 export const requestLog = (req: Http.IncomingMessage) => ({

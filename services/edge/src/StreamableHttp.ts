@@ -20,6 +20,8 @@ import { randomUUID } from "node:crypto"
 import * as Http from "node:http"
 import * as EdgeConfig from "./Config.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
+import { type OriginPolicy, quoted } from "./OriginPolicy.ts"
+import { headerToken, loggable, tokenTooLong } from "./Requests.ts"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
 
@@ -40,7 +42,10 @@ export interface StreamableHttpOptions {
   /** The hub's path and the service that hosts its sessions. */
   readonly path: string
   readonly service: Subjects.ServiceName
-  readonly origins: ReadonlyArray<string>
+  /** Which Origins may reach sessions (the HTTP routes have checked `Host` already). */
+  readonly policy: OriginPolicy
+  /** The longest bearer token taken; a longer one is refused 401 without being verified. */
+  readonly maxTokenBytes: number
   readonly openTimeout: Duration.DurationInput
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
   readonly logCaught: (what: string, cause: unknown, about: Readonly<Record<string, string>>) => void
@@ -149,11 +154,9 @@ export const make = (
       sessionCache: Duration.toMillis(yield* EdgeConfig.httpSessionCache),
       hwm: yield* EdgeConfig.outboundHighWaterMark,
       writeStall: yield* EdgeConfig.httpWriteStall,
-      publicUrl: yield* EdgeConfig.publicUrl,
       issuer: yield* AuthConfig.issuer
     }
     const { edgeId, runFork } = options
-    const anyOrigin = options.origins.includes("*")
     const exchanges = new Map<number, Pending | Stream>()
     /** Responses ended with bytes still waiting: watched until they leave. */
     const draining = new Set<Pending | Stream>()
@@ -260,8 +263,8 @@ export const make = (
     watch.unref()
     yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(watch)))
 
-    const baseUrl = (req: Http.IncomingMessage) =>
-      Option.getOrElse(config.publicUrl, () => `http://${req.headers.host ?? "localhost"}`).replace(/\/+$/, "")
+    /** From EDGE_PUBLIC_URL, or a Host checked to be one: a client's Host goes into a header and a document. */
+    const baseUrl = (req: Http.IncomingMessage) => options.policy.baseUrl(req.headers.host)
 
     const metadata = (req: Http.IncomingMessage) => ({
       resource: `${baseUrl(req)}${options.path}`,
@@ -288,7 +291,7 @@ export const make = (
 
     const unauthorized = (req: Http.IncomingMessage, res: Http.ServerResponse, why: string, invalid: boolean) =>
       refuse(res, 401, why, {
-        "www-authenticate": `Bearer${invalid ? ` error="invalid_token",` : ""} resource_metadata="${baseUrl(req)}${METADATA_PATH}"`
+        "www-authenticate": `Bearer${invalid ? ` error="invalid_token",` : ""} resource_metadata=${quoted(`${baseUrl(req)}${METADATA_PATH}`)}`
       })
 
     // --- sessions ----------------------------------------------------------------------------
@@ -444,7 +447,7 @@ export const make = (
         try {
           received(req, res, claims, Buffer.concat(chunks))
         } catch (cause) {
-          options.logCaught("edge: a Streamable HTTP request failed", cause, { method: "POST", url: req.url ?? "" })
+          options.logCaught("edge: a Streamable HTTP request failed", cause, { method: "POST", url: loggable(req.url) })
           fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
         }
       })
@@ -533,11 +536,9 @@ export const make = (
         const body = JSON.stringify(metadata(req))
         return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
       }
-      const origin = req.headers.origin
-      // DNS rebinding: a page may not reach a local server's sessions from a foreign origin.
-      if (!anyOrigin && origin !== undefined && !options.origins.includes(origin)) {
-        return refuse(res, 403, `origin ${origin} is not allowed`)
-      }
+      // A page may not reach a user's sessions from a foreign origin.
+      const foreign = options.policy.checkOrigin(req.headers.origin)
+      if (foreign !== undefined) return refuse(res, foreign.status, foreign.message)
       const method = req.method
       if (method !== "POST" && method !== "GET" && method !== "DELETE") {
         return refuse(res, 405, undefined, { allow: "GET, POST, DELETE" })
@@ -546,9 +547,10 @@ export const make = (
       if (typeof version === "string" && !isVersion(version)) {
         return refuse(res, 400, `unsupported MCP-Protocol-Version ${version} (supported: ${Registry.HttpProtocolVersions.join(", ")})`)
       }
-      const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization?.trim() ?? "")
-      const token = m?.[1]
+      const token = headerToken(req)
       if (token === undefined) return unauthorized(req, res, "a bearer token is required (Authorization header)", false)
+      const tooLong = tokenTooLong(token, options.maxTokenBytes)
+      if (tooLong !== undefined) return unauthorized(req, res, `invalid token: ${tooLong}`, true)
       const authorized = (claims: Auth.Claims) => {
         if (res.destroyed) return
         try {
@@ -556,7 +558,7 @@ export const make = (
           else if (method === "GET") get(req, res, claims)
           else del(req, res, claims)
         } catch (cause) {
-          options.logCaught("edge: a Streamable HTTP request failed", cause, { method, url: req.url ?? "" })
+          options.logCaught("edge: a Streamable HTTP request failed", cause, { method, url: loggable(req.url) })
           fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
         }
       }

@@ -1,5 +1,5 @@
 /**
- * The WebSocket upgrade: which path, from which Origin, with which token, within which limits. A
+ * The WebSocket upgrade: which path, from which Origin and Host, with which token, within which limits. A
  * request refused here gets a plain HTTP error before any service sees it; one accepted is
  * handshaken and handed to the socket I/O (`open`), which owns it from then on.
  */
@@ -13,13 +13,16 @@ import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import type { Boundary } from "./Boundary.ts"
-import { requestLog, targetOf } from "./Requests.ts"
+import type { OriginPolicy } from "./OriginPolicy.ts"
+import { headerToken, requestLog, targetOf, tokenTooLong } from "./Requests.ts"
 import type { Route, RouteTable } from "./Routes.ts"
 
 export interface UpgradeOptions {
   readonly routes: RouteTable
-  /** Origins a browser may open sockets from; `*` is any. A request without Origin is no browser's. */
-  readonly origins: ReadonlyArray<string>
+  /** Which Origins and Host names may open sockets (shared with the HTTP routes). */
+  readonly policy: OriginPolicy
+  /** The longest bearer token taken; a longer one is refused 401 without being verified. */
+  readonly maxTokenBytes: number
   /** Sockets at once per remote address, and per user (0: none). */
   readonly perAddress: number
   readonly perUser: number
@@ -54,21 +57,14 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
   setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref()
 }
 
-const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => {
-  const header = req.headers.authorization
-  if (header !== undefined) {
-    const m = /^Bearer\s+(.+)$/i.exec(header.trim())
-    if (m !== null) return m[1]
-  }
-  return url.searchParams.get("token") ?? undefined
-}
+/** A browser's WebSocket cannot set headers, so a socket's token may come in the query too. */
+const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => headerToken(req) ?? url.searchParams.get("token") ?? undefined
 
 export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, AuthClient.AuthClient> =>
   Effect.gen(function*() {
     const auth = yield* AuthClient.AuthClient
-    const { routes, origins, isShuttingDown, limitOf } = options
+    const { routes, policy, isShuttingDown, limitOf } = options
     const { runFork, logCaught } = options.boundary
-    const anyOrigin = origins.includes("*")
     const byAddress = new ConnectionLimit(options.perAddress)
     const byUser = new ConnectionLimit(options.perUser)
 
@@ -131,10 +127,8 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       if (url === undefined) return refuse(req, socket, 400, "malformed request target")
       const route = routes[url.pathname]
       if (route === undefined) return refuse(req, socket, 404, `no WebSocket endpoint at ${url.pathname}`)
-      const origin = req.headers.origin
-      if (!anyOrigin && origin !== undefined && !origins.includes(origin)) {
-        return refuse(req, socket, 403, `origin ${origin} is not allowed`)
-      }
+      const refused = policy.checkHost(req.headers.host, false) ?? policy.checkOrigin(req.headers.origin)
+      if (refused !== undefined) return refuse(req, socket, refused.status, refused.message)
       // The slot is the TCP socket's, from here to its close, whatever happens in between (a
       // refused token, a handshake ws rejects, a socket that lives for days).
       const address = req.socket.remoteAddress ?? "unknown"
@@ -148,6 +142,8 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
         if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
         return accept(req, socket, head, url, route, undefined)
       }
+      const tooLong = tokenTooLong(token, options.maxTokenBytes)
+      if (tooLong !== undefined) return refuse(req, socket, 401, `invalid token: ${tooLong}`)
       runFork(
         auth.verify(token).pipe(
           Effect.either,

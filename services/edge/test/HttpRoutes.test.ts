@@ -10,10 +10,12 @@ import { Edge as EdgeProtocol } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Boundary from "../src/Boundary.ts"
+import * as OriginPolicy from "../src/OriginPolicy.ts"
 import * as HttpRoutes from "../src/HttpRoutes.ts"
 import { EdgeMetrics } from "../src/Metrics.ts"
 import { standard, standardHttp } from "../src/Routes.ts"
@@ -39,7 +41,8 @@ const serve = Effect.gen(function*() {
     edgeId: Subjects.EdgeId("edge-unit"),
     routes: standard,
     httpRoutes: standardHttp,
-    origins: ["https://app.example"],
+    policy: OriginPolicy.make({ allowedOrigins: Option.some(["https://app.example"]), bindAddress: "127.0.0.1", publicUrl: Option.none() }),
+    maxTokenBytes: 8192,
     openTimeout: "2 seconds",
     metrics,
     turn: new Turn(),

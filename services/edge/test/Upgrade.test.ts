@@ -9,9 +9,11 @@ import { MemoryBus } from "@switchboard/bus"
 import type { Auth } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import type { WebSocket } from "ws"
 import * as Boundary from "../src/Boundary.ts"
+import * as OriginPolicy from "../src/OriginPolicy.ts"
 import type { Route, RouteTable } from "../src/Routes.ts"
 import * as Upgrade from "../src/Upgrade.ts"
 import { connect, eventually, listen, rawStatus, refusal, settings } from "./support.ts"
@@ -48,7 +50,8 @@ const serve = (options: Partial<Upgrade.UpgradeOptions> = {}) =>
     let shuttingDown = false
     const upgrade = yield* Upgrade.make({
       routes,
-      origins: ["https://app.example"],
+      policy: OriginPolicy.make({ allowedOrigins: Option.some(["https://app.example"]), bindAddress: "127.0.0.1", publicUrl: Option.none() }),
+      maxTokenBytes: 8192,
       perAddress: 100,
       perUser: 100,
       limitOf: () => 1024,
