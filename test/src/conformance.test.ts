@@ -1,8 +1,8 @@
 /**
  * The official MCP conformance suite's `dns-rebinding-protection` scenario against `npm start` as
  * shipped, with no settings: a `Host`/`Origin` of another name must get a 4xx, a loopback one a
- * 2xx. The suite needs Node >= 22, so it runs on the `node` package's binary (a dev dependency of
- * this workspace, never the project's runtime), and it sends no token, so a loopback proxy adds one
+ * 2xx. The suite needs Node >= 22, so it runs on the `node` package's binary from test/peers (see
+ * libs/testing/src/Peers.ts; never the project's runtime), and it sends no token, so a loopback proxy adds one
  * and passes every other header (Host and Origin above all) through unchanged.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -14,13 +14,12 @@ import type * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { conformanceDir, node22 } from "@switchboard/testing"
 import * as Processes from "./support/Processes.ts"
 import { namespace, token } from "./support/Stack.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
-const node22 = join(root, "node_modules/node/bin/node")
-const suiteDir = join(root, "node_modules/@modelcontextprotocol/conformance")
-const suite = join(suiteDir, (JSON.parse(readFileSync(join(suiteDir, "package.json"), "utf8")) as { bin: Record<string, string> }).bin["conformance"] ?? "")
+const suite = join(conformanceDir, (JSON.parse(readFileSync(join(conformanceDir, "package.json"), "utf8")) as { bin: Record<string, string> }).bin["conformance"] ?? "")
 
 /** A loopback proxy to `port` that adds `authorization` to each request and changes nothing else. */
 const authorizingProxy = (port: number, authorization: string) =>
