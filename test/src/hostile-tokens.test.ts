@@ -4,19 +4,22 @@
  * kept under its whole text, 10,000 of them. Here `npm start`'s process takes a flood of distinct
  * garbage bearer tokens on `GET /v0/topics` while a good user keeps calling it, and its heap after
  * a forced collection must stay where it was; the good user's verdict must stay cached throughout.
+ * Tokens over `EDGE_MAX_TOKEN_BYTES` (15 KB ones, as the probe sent) are refused by the edge itself,
+ * before auth or any cache sees them.
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { randomBytes } from "node:crypto"
-import { readFileSync } from "node:fs"
 import * as Http from "node:http"
 import * as Inspector from "./support/Inspector.ts"
 import * as Processes from "./support/Processes.ts"
+import { MiB, mib, rssOf } from "./support/Rss.ts"
 import { namespace, token } from "./support/Stack.ts"
 
-const MiB = 1024 * 1024
 /** Under the ~8 KiB cap the edge may put on tokens, so the flood still reaches the services then. */
 const TOKEN_CHARS = 7_000
+/** Over the edge's cap, as the probe's were. */
+const OVERSIZE_BYTES = 15 * 1024
 /** The first part of the flood, after which the heap is read: fewer than the 10,000 the old cache cleared at. */
 const FIRST = 8_000
 const FLOOD = 10_000
@@ -24,19 +27,16 @@ const CONCURRENCY = 50
 /** What the flood may leave on the heap: the bounded table of refusals and the collector's noise. */
 const TOLERANCE = 4 * MiB
 
-/** Resident set of a process, from /proc: the figure an operator's limit applies to. */
-const rss = (pid: number) => {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-  return m?.[1] === undefined ? Number.NaN : Number(m[1]) * 1024
-}
-
-const status = (agent: Http.Agent, base: string, bearer: string) =>
-  new Promise<number>((resolve, reject) => {
+/** `GET /v0/topics` with `bearer`, on a kept-alive connection of `agent`: its status and body. */
+const answer = (agent: Http.Agent, base: string, bearer: string) =>
+  new Promise<{ readonly status: number; readonly body: string }>((resolve, reject) => {
     Http.get(`${base}/v0/topics`, { agent, headers: { authorization: `Bearer ${bearer}` } }, (res) => {
-      res.resume()
-      res.on("end", () => resolve(res.statusCode ?? 0))
+      let body = ""
+      res.setEncoding("utf8").on("data", (chunk: string) => (body += chunk))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }))
     }).on("error", reject)
   })
+const status = (agent: Http.Agent, base: string, bearer: string) => answer(agent, base, bearer).then((a) => a.status)
 
 /** `switchboard_token_checks_total{outcome}`: how many times the auth service itself was asked. */
 const checks = (metricsBase: string, outcome: "valid" | "invalid") =>
@@ -81,13 +81,13 @@ describe("refused tokens", () => {
         expect(yield* Effect.promise(() => status(agent, proc.url, good))).toBe(200)
         expect(yield* flood(500, good)).toEqual([])
         const heapBefore = yield* inspector.heapAfterGc
-        const rssBefore = rss(proc.pid)
+        const rssBefore = rssOf(proc.pid)
         const invalidBefore = yield* checks(metrics, "invalid")
         const started = Date.now()
 
         expect(yield* flood(FIRST, good)).toEqual([])
         const heapMid = yield* inspector.heapAfterGc
-        const rssMid = rss(proc.pid)
+        const rssMid = rssOf(proc.pid)
         // A second good user, verified just now, for the rest: its verdict is fresh (kept 30 s) for
         // the whole of the last part, in which the old cache reached its 10,000 and cleared.
         const second = yield* token({ sub: `second-${proc.pid}` })
@@ -98,7 +98,7 @@ describe("refused tokens", () => {
         const lastSeconds = (Date.now() - lastStarted) / 1000
         const seconds = (Date.now() - started) / 1000
         const heapAfter = yield* inspector.heapAfterGc
-        const rssAfter = rss(proc.pid)
+        const rssAfter = rssOf(proc.pid)
         const validAfter = yield* checks(metrics, "valid")
         const invalidAfter = yield* checks(metrics, "invalid")
 
@@ -106,12 +106,12 @@ describe("refused tokens", () => {
           flood: `${FLOOD} x ${TOKEN_CHARS} chars`,
           seconds,
           lastPartSeconds: lastSeconds,
-          heapBeforeMiB: +(heapBefore / MiB).toFixed(1),
-          heapAfter8000MiB: +(heapMid / MiB).toFixed(1),
-          heapAfterMiB: +(heapAfter / MiB).toFixed(1),
-          rssBeforeMiB: +(rssBefore / MiB).toFixed(1),
-          rssAfter8000MiB: +(rssMid / MiB).toFixed(1),
-          rssAfterMiB: +(rssAfter / MiB).toFixed(1),
+          heapBeforeMiB: mib(heapBefore),
+          heapAfter8000MiB: mib(heapMid),
+          heapAfterMiB: mib(heapAfter),
+          rssBeforeMiB: mib(rssBefore),
+          rssAfter8000MiB: mib(rssMid),
+          rssAfterMiB: mib(rssAfter),
           authAskedValid: validAfter - validBefore,
           authAskedInvalid: invalidAfter - invalidBefore
         }))
@@ -126,4 +126,43 @@ describe("refused tokens", () => {
     // On two busy cores the flood has taken over two minutes.
     420_000
   )
+
+  it.scopedLive("10,000 distinct 15 KB tokens are refused 401 at the edge, and leave nothing on the heap", () =>
+    Effect.gen(function*() {
+      const edge = yield* Processes.allInOne({ namespace: namespace(), nodeArgs: ["--inspect=127.0.0.1:0"] })
+      const inspector = yield* Inspector.attach(edge)
+      const heapBefore = yield* inspector.heapAfterGc
+      const rssBefore = rssOf(edge.pid)
+
+      const agent = new Http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
+      yield* Effect.addFinalizer(() => Effect.sync(() => agent.destroy()))
+      const answers = new Map<string, number>()
+      yield* Effect.promise(async () => {
+        let next = 0
+        const worker = async () => {
+          while (next < FLOOD) {
+            next++
+            // Distinct and base64url-shaped, as a forged JWT would be; never the same twice.
+            const token = randomBytes((OVERSIZE_BYTES * 3) / 4).toString("base64url")
+            const { status, body } = await answer(agent, edge.url, token)
+            const key = `${status} ${body.replace(/\d+ bytes/, "N bytes")}`
+            answers.set(key, (answers.get(key) ?? 0) + 1)
+          }
+        }
+        await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+      })
+      const heapAfter = yield* inspector.heapAfterGc
+      const rssAfter = rssOf(edge.pid)
+      const figures = {
+        tokens: FLOOD,
+        tokenBytes: OVERSIZE_BYTES,
+        heapBeforeMiB: mib(heapBefore),
+        heapAfterMiB: mib(heapAfter),
+        rssBeforeMiB: mib(rssBefore),
+        rssAfterMiB: mib(rssAfter)
+      }
+      console.log(JSON.stringify({ flood: "oversize tokens", ...figures, answers: Object.fromEntries([...answers].map(([k, n]) => [k.slice(0, 80), n])) }))
+      expect([...answers]).toEqual([[`401 ${JSON.stringify({ error: "invalid token: token too long: N bytes, at most 8192" })}`, FLOOD]])
+      expect(heapAfter - heapBefore, JSON.stringify(figures)).toBeLessThan(TOLERANCE)
+    }), { timeout: 180_000 })
 })

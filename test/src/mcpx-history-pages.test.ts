@@ -9,16 +9,14 @@ import { Broker } from "@switchboard/broker"
 import { Edge } from "@switchboard/edge"
 import { NatsServer } from "@switchboard/testing"
 import * as Effect from "effect/Effect"
-import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import { readFile } from "node:fs/promises"
 import * as Inspector from "./support/Inspector.ts"
 import { join } from "./support/Participants.ts"
 import * as Processes from "./support/Processes.ts"
+import { MiB, mib, peakRss, rssOf } from "./support/Rss.ts"
 import { busLayer, namespace, serve, stack, token } from "./support/Stack.ts"
 
 const KiB = 1024
-const MiB = 1024 * KiB
 
 interface Page {
   readonly status: number
@@ -161,32 +159,18 @@ describe("MCPx history pages: reads at once", () => {
     Effect.gen(function*() {
       const proc = yield* Processes.allInOne({ namespace: namespace(), nodeArgs: ["--inspect=127.0.0.1:0"], env: FAST })
       const inspector = yield* Inspector.attach(proc)
-      const rss = Effect.promise(async () => {
-        const status = await readFile(`/proc/${proc.pid}/status`, "utf8")
-        return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) * KiB
-      })
       yield* fill(proc.ws, "heavy", 500, 60_000)
       const heapBefore = yield* inspector.heapAfterGc
-      const rssBefore = yield* rss
-      let peak = rssBefore
+      const rssBefore = rssOf(proc.pid)
       // A sampler, not a synchronisation: the peak is what the reads cost while they ran.
-      const sampling = yield* rss.pipe(
-        Effect.tap((r) => Effect.sync(() => (peak = Math.max(peak, r)))),
-        Effect.zipRight(Effect.sleep("20 millis")),
-        Effect.forever,
-        Effect.fork
-      )
+      const rss = yield* peakRss(proc.pid)
       const answers = yield* Effect.all(Array.from({ length: 8 }, () => page(proc.url, "heavy", "limit=1000")), { concurrency: "unbounded" })
-      const rssAfterReads = yield* rss
-      peak = Math.max(peak, rssAfterReads)
-      yield* Fiber.interrupt(sampling)
+      yield* rss.stop
+      const peak = rss.peak()
       const heapAfter = yield* inspector.heapAfterGc
-      const rssAfter = yield* rss
-      const mib = (n: number) => `${(n / MiB).toFixed(0)} MiB`
+      const rssAfter = rssOf(proc.pid)
       console.log(
-        `8 concurrent history reads: RSS ${mib(rssBefore)} → peak ${mib(peak)} → ${mib(rssAfter)} after GC; heap after GC ${mib(heapBefore)} → ${
-          mib(heapAfter)
-        }; pages of ${answers.map((a) => a.envelopes.length).join(", ")} envelopes`
+        `8 concurrent history reads: RSS ${mib(rssBefore)} → peak ${mib(peak)} → ${mib(rssAfter)} MiB after GC; heap after GC ${mib(heapBefore)} → ${mib(heapAfter)} MiB; pages of ${answers.map((a) => a.envelopes.length).join(", ")} envelopes`
       )
       expect(answers.every((a) => a.status === 200 && a.envelopes.length > 0)).toBe(true)
       expect(peak - rssBefore).toBeLessThan(96 * MiB)
