@@ -62,7 +62,9 @@ layer(SwitchboardImage.layer, { excludeTestServices: true, timeout: "180 seconds
       expect(yield* get(`${sb.url}/healthz`)).toMatchObject({ status: 200 })
       // 503 until every service of the all-in-one runs, which may be a moment after it listens.
       const ready = yield* get(`${sb.url}/readyz`).pipe(
-        Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: (r) => r.status === 200, times: 200 })
+        Effect.filterOrFail((r) => r.status === 200, (r) => `readyz answered ${r.status} ${r.body}`),
+        Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 200 }),
+        Effect.orDie
       )
       expect(ready).toMatchObject({ status: 200, body: "ready\n" })
       const embed = yield* get(`${sb.url}/embed`)
