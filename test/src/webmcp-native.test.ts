@@ -55,7 +55,7 @@ const pageServer = (pages: Readonly<Record<string, string>>) =>
 
 /**
  * Imperative tools with the native API only: `add` computes its answer from its arguments, `shout`
- * returns a plain string, `fail` throws; `window.registerLater()` adds `later`, and
+ * returns a plain string, `fail` throws, `leave` navigates and never answers; `window.registerLater()` adds `later`, and
  * `window.removeAdd()` aborts `add`'s registration signal.
  */
 const nativePage = `<!doctype html><title>Native</title>
@@ -73,6 +73,7 @@ const nativePage = `<!doctype html><title>Native</title>
   }, { signal: registration.signal })
   mc.registerTool({ name: "shout", description: "upper-cases its text", inputSchema: { type: "object", properties: { text: { type: "string" } } }, execute: ({ text }) => text.toUpperCase() })
   mc.registerTool({ name: "fail", description: "always fails", execute() { throw new Error("out of stock") } })
+  mc.registerTool({ name: "leave", description: "navigates away and never answers", execute() { location.assign("/results.html?q=left"); return new Promise(() => {}) } })
   window.registerLater = () => mc.registerTool({ name: "later", description: "registered after load", execute: (args) => "later with " + JSON.stringify(args) })
   window.removeAdd = () => registration.abort()
 </script>`
@@ -85,6 +86,40 @@ const webmcpGlobalPage = `<!doctype html><title>Global</title>
     inputSchema: { type: "object", properties: { q: { type: "string" } } },
     async execute(args) { return { content: [{ type: "text", text: "global search:" + (args.q ?? "") }] } }
   })
+</script>`
+
+/**
+ * Declarative tools, native only: `book` submits itself and answers through `respondWith`;
+ * `contact` (no `toolautosubmit`) waits for the person's submit, then answers the same way;
+ * `find` submits itself with no handler, so the form navigates to `/results.html`, a page with a
+ * tool of its own.
+ */
+const formsPage = `<!doctype html><title>Forms</title>
+<form id="book" toolname="book" tooldescription="Books a table" toolautosubmit>
+  <input name="who" toolparamdescription="whose name the table is under">
+  <input name="guests" type="number" toolparamdescription="how many people">
+</form>
+<form id="contact" toolname="contact" tooldescription="Sends a message to the shop">
+  <input name="message" toolparamdescription="the message">
+  <button id="send">Send</button>
+</form>
+<form id="find" toolname="find" tooldescription="Finds products" toolautosubmit action="/results.html">
+  <input name="q" toolparamdescription="what to look for">
+</form>
+<script>
+  window.submits = []
+  for (const form of document.forms) form.addEventListener("submit", (event) => {
+    window.submits.push(form.id + ":" + event.agentInvoked)
+    if (form.id === "find") return
+    event.preventDefault()
+    const data = new FormData(form)
+    event.respondWith(form.id === "book" ? { booked: data.get("who"), guests: Number(data.get("guests")) } : "sent: " + data.get("message"))
+  })
+</script>`
+
+const resultsPage = `<!doctype html><title>Results</title>
+<script>
+  document.modelContext.registerTool({ name: "results", description: "the results shown", execute: () => "results for " + new URLSearchParams(location.search).get("q") })
 </script>`
 
 const require = createRequire(import.meta.url)
@@ -106,7 +141,7 @@ const browser = Layer.scoped(
     const context = yield* launch({ args: ["--enable-features=WebMCPTesting", `--disable-extensions-except=${dir}`, `--load-extension=${dir}`] })
     const worker = context.serviceWorkers()[0] ?? (yield* Effect.promise(() => context.waitForEvent("serviceworker", { timeout: 10_000 })))
     const global = yield* Effect.promise(() => readFile(require.resolve("@mcp-b/global/iife"), "utf8"))
-    const pages = yield* pageServer({ "/native.html": nativePage, "/global.js": global, "/global.html": webmcpGlobalPage })
+    const pages = yield* pageServer({ "/native.html": nativePage, "/forms.html": formsPage, "/results.html": resultsPage, "/global.js": global, "/global.html": webmcpGlobalPage })
     return { context, worker, extensionId: new URL(worker.url()).host, pages }
   })
 )
@@ -217,6 +252,60 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("Chrome's n
         const { call, client, name } = yield* tabWithHub("/global.html", "gita")
         yield* toolsUntil(client, (n) => n.includes(name("search")))
         expect(textOf(yield* call("search", { q: "tea" }))).toBe("global search:tea")
+      })
+    )
+    it.scoped("a call under way when its page navigates away is answered as such, not left waiting", () =>
+      Effect.gen(function*() {
+        const { call, client, name, page } = yield* tabWithHub("/native.html", "pia")
+        yield* toolsUntil(client, (n) => n.includes(name("leave")))
+        const left = yield* call("leave")
+        expect(left.isError).not.toBe(true)
+        expect(textOf(left)).toMatch(/^The page navigated away from http:\/\/127\.0\.0\.1:\d+\/native\.html before the tool answered\./)
+        yield* Effect.promise(() => page.waitForURL(/\/results\.html\?q=left$/))
+        yield* toolsUntil(client, (n) => n.includes(name("results")))
+      })
+    )
+  })
+
+  describe("declarative forms", () => {
+    it.scoped("a toolautosubmit form is filled from the arguments, submitted by Chrome with agentInvoked, and answers through respondWith", () =>
+      Effect.gen(function*() {
+        const { call, client, name, page } = yield* tabWithHub("/forms.html", "bea")
+        const [book] = (yield* toolsUntil(client, (n) => n.includes(name("book")))).filter((t) => t.name === name("book"))
+        expect(book?.description).toMatch(/Books a table$/)
+        expect(book?.inputSchema).toMatchObject({ type: "object", properties: { who: { type: "string", description: "whose name the table is under" }, guests: { type: "number" } } })
+
+        const booked = yield* call("book", { who: "Ada", guests: 3 })
+        expect(booked.isError).not.toBe(true)
+        expect(JSON.parse(textOf(booked) ?? "null")).toEqual({ booked: "Ada", guests: 3 })
+        expect(yield* pageValue<Array<string>>(page, "submits")).toEqual(["book:true"])
+      })
+    )
+
+    it.scoped("a form without toolautosubmit is filled, waits for the person's submit, and answers it", () =>
+      Effect.gen(function*() {
+        const { call, client, name, page } = yield* tabWithHub("/forms.html", "cleo")
+        yield* toolsUntil(client, (n) => n.includes(name("contact")))
+        const answer = yield* Effect.fork(call("contact", { message: "is it open on Sunday?" }))
+        // Filled, and nothing sent until the person presses Send.
+        yield* Effect.promise(() => page.waitForFunction(() => (document.querySelector("#contact input") as HTMLInputElement).value === "is it open on Sunday?"))
+        expect(yield* pageValue<Array<string>>(page, "submits")).toEqual([])
+        yield* Effect.promise(() => page.click("#send"))
+        expect(textOf(yield* answer.await.pipe(Effect.flatten))).toBe("sent: is it open on Sunday?")
+        expect(yield* pageValue<Array<string>>(page, "submits")).toEqual(["contact:true"])
+      })
+    )
+
+    it.scoped("a form that navigates answers with a clear result, not a hang, and the new page's tools register in the same tab", () =>
+      Effect.gen(function*() {
+        const { call, client, name, page } = yield* tabWithHub("/forms.html", "dora")
+        yield* toolsUntil(client, (n) => n.includes(name("find")))
+        const found = yield* call("find", { q: "lamps" })
+        expect(found.isError).not.toBe(true)
+        expect(textOf(found)).toMatch(/^The form was submitted and the page navigated to http:\/\/127\.0\.0\.1:\d+\/results\.html\?q=lamps;/)
+        yield* Effect.promise(() => page.waitForURL(/\/results\.html\?q=lamps$/))
+        yield* toolsUntil(client, (n) => n.includes(name("results")) && !n.includes(name("find")))
+        expect(textOf(yield* call("results"))).toBe("results for lamps")
       })
     )
   })

@@ -64,6 +64,30 @@ const executeTool = async (mc: ModelContext, tool: RegisteredTool, args: Json): 
   }
 }
 
+/**
+ * Where the document is going, and when it started to: a declarative form that navigates
+ * (submitted with no `respondWith`) resolves `executeTool` with `null`, which says nothing to
+ * the client on its own. The Navigation API names the destination.
+ */
+let leaving: { readonly url: string; readonly at: number } | undefined
+const navigation: unknown = Reflect.get(window, "navigation")
+if (navigation instanceof EventTarget) {
+  navigation.addEventListener("navigate", (event) => {
+    const url: unknown = Reflect.get(Reflect.get(event, "destination") ?? {}, "url")
+    if (typeof url === "string") leaving = { url, at: performance.now() }
+  })
+}
+
+/** The answer to a call that got no value because the page navigated. */
+const navigated = (since: number): Json => ({
+  content: [{
+    type: "text",
+    text: leaving !== undefined && leaving.at >= since
+      ? `The form was submitted and the page navigated to ${leaving.url}; it gave no other answer. The new page's tools replace this page's.`
+      : "The tool gave no answer: the page navigated away. The new page's tools replace this page's."
+  }]
+})
+
 const post = (payload: unknown) => window.postMessage(envelope(ModelContextChannel, "server-to-client", payload), window.location.origin)
 
 let watching: ModelContext | undefined
@@ -111,7 +135,10 @@ const handle = async (mc: ModelContext, method: string, params: Json): Promise<J
       const tool = (await mc.getTools()).find((t) => t.name === name)
       if (tool === undefined) return { isError: true, content: [{ type: "text", text: `Tool not found: ${String(name)}` }] }
       try {
-        return callResult(await executeTool(mc, tool, isRecord(params["arguments"]) ? params["arguments"] : {}))
+        const since = performance.now()
+        const output = await executeTool(mc, tool, isRecord(params["arguments"]) ? params["arguments"] : {})
+        // Chrome answers with a string always, except for a form whose submission navigated.
+        return output === null || output === undefined ? navigated(since) : callResult(output)
       } catch (e) {
         return { isError: true, content: [{ type: "text", text: e instanceof Error ? e.message : String(e) }] }
       }
