@@ -260,7 +260,7 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("Chrome's n
         yield* toolsUntil(client, (n) => n.includes(name("leave")))
         const left = yield* call("leave")
         expect(left.isError).not.toBe(true)
-        expect(textOf(left)).toMatch(/^The page navigated away from http:\/\/127\.0\.0\.1:\d+\/native\.html before the tool answered\./)
+        expect(textOf(left)).toMatch(/^The page http:\/\/127\.0\.0\.1:\d+\/native\.html went away \(it navigated or was closed\) before the tool answered\./)
         yield* Effect.promise(() => page.waitForURL(/\/results\.html\?q=left$/))
         yield* toolsUntil(client, (n) => n.includes(name("results")))
       })

@@ -67,7 +67,7 @@ const execute = async ({ args, id, progress, toolName }: Extract<ToPage, { type:
  */
 window.addEventListener("pagehide", () => {
   for (const [id, abort] of inflight) {
-    toWorker({ type: "result", id, success: true, payload: { content: [{ type: "text", text: `The page navigated away from ${location.href} before the tool answered. The new page's tools replace this page's.` }] } })
+    toWorker({ type: "result", id, success: true, payload: { content: [{ type: "text", text: `The page ${location.href} went away (it navigated or was closed) before the tool answered. A new page's tools replace this page's.` }] } })
     abort.abort("the page navigated away")
   }
   inflight.clear()
