@@ -50,14 +50,28 @@ const execute = async ({ args, id, progress, toolName }: Extract<ToPage, { type:
   inflight.set(id, abort)
   try {
     const options = { signal: abort.signal, ...(progress ? { onProgress: (p: Progress) => toWorker({ type: "progress", id, ...p }) } : {}) }
-    toWorker({ type: "result", id, success: true, payload: await current.callTool(toolName, args, options) })
+    const payload = await current.callTool(toolName, args, options)
+    if (!abort.signal.aborted) toWorker({ type: "result", id, success: true, payload })
   } catch (e) {
-    // A cancelled call gets no answer: the registry has given up on it already.
+    // A cancelled call gets no answer: the registry has given up on it already (or the page answered on leaving).
     if (!abort.signal.aborted) toWorker({ type: "result", id, success: false, payload: e instanceof Error ? e.message : String(e) })
   } finally {
     inflight.delete(id)
   }
 }
+
+/**
+ * A document that goes away takes its calls under way with it (a form submission or a link can
+ * navigate mid-call): answer them now, while the port still works, rather than leave the client
+ * waiting for a page that no longer exists.
+ */
+window.addEventListener("pagehide", () => {
+  for (const [id, abort] of inflight) {
+    toWorker({ type: "result", id, success: true, payload: { content: [{ type: "text", text: `The page ${location.href} went away (it navigated or was closed) before the tool answered. A new page's tools replace this page's.` }] } })
+    abort.abort("the page navigated away")
+  }
+  inflight.clear()
+})
 
 const relayTools = async (client: PageClient) => {
   try {
