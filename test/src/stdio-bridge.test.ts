@@ -236,6 +236,53 @@ describe("switchboard-mcp (stdio bridge)", () => {
       )
     }), 30_000)
 
+  it.scopedLive("a refused token or an unreachable Switchboard fails the host's initialize; a good token still works", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const sb = yield* switchboard(port)
+      const connect = (url: string, jwt: string) =>
+        Effect.gen(function*() {
+          const transport = new StdioClientTransport({ command: process.execPath, args: [bin, "--url", url, "--token", jwt, "--no-browser"], stderr: "pipe", cwd: root })
+          const lines: Array<string> = []
+          transport.stderr?.on("data", (chunk: Buffer) => void lines.push(chunk.toString()))
+          const client = new Client({ name: "test-host", version: "0.0.0" })
+          yield* Effect.addFinalizer(() => Effect.promise(() => client.close().catch(() => {})))
+          const started = Date.now()
+          const outcome = yield* Effect.either(Effect.tryPromise(() => client.connect(transport)))
+          return { outcome, millis: Date.now() - started, client, stderr: () => lines.join("") }
+        })
+
+      // A token the edge refuses (signed, but not by this Switchboard's key): the initialize fails at once.
+      const refused = yield* connect(sb.url, "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl")
+      expect(refused.outcome._tag, refused.stderr()).toBe("Left")
+      const refusal = String(refused.outcome._tag === "Left" ? refused.outcome.left.error : "")
+      expect(refusal).toContain(`Switchboard at ${sb.url} refused the token (HTTP 401): check --token or SWITCHBOARD_TOKEN`)
+      // At once, not after the bounded wait (the child's start-up, several seconds under tsx, is in any timing here).
+      expect(refusal).not.toContain("waited")
+      // And it stops trying: one refusal on stderr, not a reconnect loop.
+      expect(refused.stderr()).toContain("not retrying until restarted with another configuration")
+      expect(refused.stderr()).not.toMatch(/reconnecting in/)
+
+      // Nothing listens at the URL: the initialize fails after the bridge's bounded wait.
+      const nowhere = `http://127.0.0.1:${yield* freePort}`
+      const unreachable = yield* connect(nowhere, yield* token({ sub: "alice" }))
+      expect(unreachable.outcome._tag, unreachable.stderr()).toBe("Left")
+      expect(String(unreachable.outcome._tag === "Left" ? unreachable.outcome.left.error : "")).toMatch(
+        new RegExp(`cannot reach Switchboard at ${nowhere} \\(.*ECONNREFUSED.*; waited 5000 ms\\): check --url`)
+      )
+      expect(unreachable.millis).toBeGreaterThanOrEqual(5_000)
+
+      // A good token: the same bridge initializes and lists the hub's tools.
+      yield* tab(sb.ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+      const good = yield* connect(sb.url, yield* token({ sub: "alice" }))
+      expect(good.outcome._tag, good.stderr()).toBe("Right")
+      yield* names(good.client).pipe(
+        Effect.filterOrFail((n) => n.includes("website_tool_shop_example_com_tab1_getCart")),
+        Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+        Effect.orDie
+      )
+    }), 60_000)
+
   it.effect("--help prints the usage on stdout and exits 0; a missing --url exits 2 with the reason on stderr", () =>
     Effect.gen(function*() {
       const help = yield* run(process.execPath, [bin, "--help"])
