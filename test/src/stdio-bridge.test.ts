@@ -283,6 +283,35 @@ describe("switchboard-mcp (stdio bridge)", () => {
       )
     }), 60_000)
 
+  it.scopedLive("an unknown tool is -32602 and a cached tool no tab can serve is -32001 TabNotFound, each with one prefix", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const sb = yield* switchboard(port)
+      const first = yield* tab(sb.ws, page("first", ["compose"], { cache: true }), { user: "alice", tabId: 5, url: "https://mail.example.net/inbox" })
+      const { client, stderr } = yield* host(sb.url, "alice")
+      yield* explained(stderr, Effect.gen(function*() {
+        const cached = "website_tool_mail_example_net_compose"
+        yield* names(client).pipe(Effect.filterOrFail((n) => n.includes(cached)), Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }), Effect.orDie)
+        yield* Effect.promise(() => first.close())
+        yield* names(client).pipe(
+          Effect.filterOrFail((n) => !n.includes("website_tool_mail_example_net_tab5_compose")),
+          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+          Effect.orDie
+        )
+        const refusal = (name: string) => Effect.promise(() => client.callTool({ name, arguments: {} }).then(() => undefined, (e: unknown) => e as { code?: number; message?: string }))
+
+        const unknown = yield* refusal("website_tool_nowhere")
+        expect(unknown?.code).toBe(-32602)
+        expect(unknown?.message).toBe("MCP error -32602: Unknown tool: website_tool_nowhere; tools/list shows what the open tabs offer")
+
+        // Known, cached, but no tab is open and no extension can open one.
+        const notFound = yield* refusal(cached)
+        expect(notFound?.code).toBe(-32001)
+        expect(notFound?.message).toMatch(/^MCP error -32001: TabNotFound: no open tab of mail\.example\.net has compose/)
+        expect(notFound?.message).not.toMatch(/MCP error .*MCP error/)
+      }))
+    }), 60_000)
+
   it.effect("--help prints the usage on stdout and exits 0; a missing --url exits 2 with the reason on stderr", () =>
     Effect.gen(function*() {
       const help = yield* run(process.execPath, [bin, "--help"])

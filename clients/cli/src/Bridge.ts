@@ -34,6 +34,18 @@ const FIRST_LIST_WAIT = 3_000
  */
 const STARTUP_WAIT = 5_000
 
+/** A JSON-RPC error of the hub's, as the SDK's server answers a thrown error: its code, message and data. */
+class HubRefusal extends Error {
+  readonly code: number
+  readonly data: unknown
+  constructor(e: McpError) {
+    const prefix = `MCP error ${e.code}: `
+    super(e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message)
+    this.code = e.code
+    this.data = e.data
+  }
+}
+
 const failed = (text: string): CallToolResult => ({ isError: true, content: [{ type: "text", text }] })
 
 export class Bridge {
@@ -109,8 +121,10 @@ export class Bridge {
       return await this.hub.call(params, options)
     } catch (e) {
       if (e instanceof Unreachable || e instanceof Refused) return failed(e.message)
-      // The hub's own JSON-RPC errors (unknown tool, tab gone, ...) reach the host as they are.
-      if (e instanceof McpError) throw e
+      // The hub's own JSON-RPC errors (-32602 unknown tool, -32001 TabNotFound, ...) reach the host as
+      // the hub sent them: the SDK's McpError has already put "MCP error <code>: " in front, and the
+      // host's SDK puts it there again.
+      if (e instanceof McpError) throw new HubRefusal(e)
       throw new McpError(ErrorCode.InternalError, describe(e))
     }
   }
