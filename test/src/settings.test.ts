@@ -74,6 +74,14 @@ describe("settings at start", () => {
       expect(run.stdout).not.toContain("Development token")
     }), 20_000)
 
+  it.scopedLive("refuses LOG_LEVEL=loud naming the variable once, before the dev token", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ LOG_LEVEL: "loud" })
+      expect(run.code).toBe(1)
+      expect(run.stderr.trim()).toBe("switchboard: LOG_LEVEL must be trace, debug, info, warning, error or none, got loud")
+      expect(run.stdout).not.toContain("Development token")
+    }), 20_000)
+
   it.scopedLive("starts with EDGE_SHUTDOWN_GRACE=5s", () =>
     Effect.gen(function*() {
       const run = yield* allInOne({ EDGE_SHUTDOWN_GRACE: "5s" }, /listening on /)
