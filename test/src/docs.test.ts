@@ -119,6 +119,38 @@ describe("README host snippets", () => {
   })
 })
 
+/**
+ * Whether Node `version` satisfies an `engines.node` range of the shapes lockfiles hold (`>=22`,
+ * `>= 22.x`, `^20.9.0`, `20`, joined by `||`). A shape it does not know counts as satisfied.
+ */
+const nodeSatisfies = (version: string, range: string): boolean => {
+  const [major = 0, minor = 0, patch = 0] = version.replace(/^v/, "").split(".").map(Number)
+  const at = (v: string) => v.replace(/\.x/g, "").split(".").map(Number)
+  const compare = (v: ReadonlyArray<number>) => (major - (v[0] ?? 0)) || (minor - (v[1] ?? 0)) || (patch - (v[2] ?? 0))
+  return range.split("||").some((alternative) => {
+    const a = alternative.trim().replace(/\s+/g, "")
+    let m: RegExpExecArray | null
+    if ((m = /^>=([\d.x]+)$/.exec(a)) !== null) return compare(at(m[1] ?? "")) >= 0
+    if ((m = /^\^([\d.x]+)$/.exec(a)) !== null) return major === at(m[1] ?? "")[0] && compare(at(m[1] ?? "")) >= 0
+    if ((m = /^(\d+)(\.x)?$/.exec(a)) !== null) return major === Number(m[1])
+    return true
+  })
+}
+
+describe("README on npm install", () => {
+  it("explains each EBADENGINE warning npm gives on this Node, naming the package", () => {
+    const lock = JSON.parse(readFileSync(path.join(root, "package-lock.json"), "utf8")) as {
+      packages: Record<string, { engines?: { node?: string }; optional?: boolean }>
+    }
+    const warned = Object.entries(lock.packages)
+      // npm skips an optional package that does not fit (rollup's lzma binary), without a warning.
+      .filter(([where, p]) => where !== "" && p.optional !== true && p.engines?.node !== undefined && !nodeSatisfies(process.version, p.engines.node))
+      .map(([where]) => where.replace(/^.*node_modules\//, ""))
+    const note = section(readme, "Two commands")
+    for (const name of warned) expect(note, `npm install warns EBADENGINE for ${name}`).toContain(`\`${name}\``)
+  })
+})
+
 describe("README tour", () => {
   const tour = section(readme, "A 60-second tour")
   const blocks = blocksOf(tour)
