@@ -16,7 +16,7 @@ import { namespace, SECRET } from "./support/Stack.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
 const readme = readFileSync(path.join(root, "README.md"), "utf8")
-/** Where the tour's commands point; the test's Switchboard listens on a port of its own. */
+/** npm start's default port, which the tour falls back to when `PORT` is unset. */
 const TOUR_PORT = "8080"
 
 interface Block {
@@ -62,9 +62,9 @@ const run = (command: string, args: ReadonlyArray<string>, options: { cwd: strin
       resume(Effect.succeed({ code: error === null ? 0 : typeof error.code === "number" ? error.code : null, stdout, stderr })))
   })
 
-/** A line of the tour's shell block, run by bash with the tour's port swapped for `port`. */
+/** A line of the tour's shell block, run by bash with `PORT` set as for an `npm start` on `port`: the tour follows it. */
 const shell = (line: string, port: number, env: Record<string, string> = {}, epilogue = "") =>
-  run("bash", ["-c", `${line.replaceAll(`:${TOUR_PORT}`, `:${port}`)}\n${epilogue}`], { cwd: root, env, timeout: 60_000 })
+  run("bash", ["-c", `${line}\n${epilogue}`], { cwd: root, env: { PORT: String(port), ...env }, timeout: 60_000 })
 
 const lineOf = (code: string, start: string): string => {
   const line = code.split("\n").find((l) => l.startsWith(start))
@@ -92,6 +92,65 @@ const scratch = Effect.acquireRelease(
   (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
 )
 
+describe("README host snippets", () => {
+  it("each `claude mcp add` names its own server, so both can be added", () => {
+    const names = [...readme.matchAll(/^claude mcp add (.*)$/gm)].map((m) => {
+      // The name is the first word that is neither an option nor an option's value.
+      const words = (m[1] ?? "").split(" ")
+      for (let i = 0; i < words.length; i++) {
+        const w = words[i] ?? ""
+        if (w === "--") break
+        if (w.startsWith("-")) {
+          if (!w.includes("=")) i++
+          continue
+        }
+        return w
+      }
+      return ""
+    })
+    expect(names.length).toBeGreaterThanOrEqual(2)
+    expect(names).not.toContain("")
+    expect(new Set(names).size, names.join(", ")).toBe(names.length)
+  })
+
+  it("says the Inspector's CLI needs --transport http for /hub", () => {
+    const inspector = section(readme, "Connecting MCP hosts (Streamable HTTP)").split(/^### MCP Inspector$/m)[1] ?? ""
+    expect(inspector).toMatch(/npx @modelcontextprotocol\/inspector --cli http:\/\/127\.0\.0\.1:8080\/hub --transport http /)
+  })
+})
+
+/**
+ * Whether Node `version` satisfies an `engines.node` range of the shapes lockfiles hold (`>=22`,
+ * `>= 22.x`, `^20.9.0`, `20`, joined by `||`). A shape it does not know counts as satisfied.
+ */
+const nodeSatisfies = (version: string, range: string): boolean => {
+  const [major = 0, minor = 0, patch = 0] = version.replace(/^v/, "").split(".").map(Number)
+  const at = (v: string) => v.replace(/\.x/g, "").split(".").map(Number)
+  const compare = (v: ReadonlyArray<number>) => (major - (v[0] ?? 0)) || (minor - (v[1] ?? 0)) || (patch - (v[2] ?? 0))
+  return range.split("||").some((alternative) => {
+    const a = alternative.trim().replace(/\s+/g, "")
+    let m: RegExpExecArray | null
+    if ((m = /^>=([\d.x]+)$/.exec(a)) !== null) return compare(at(m[1] ?? "")) >= 0
+    if ((m = /^\^([\d.x]+)$/.exec(a)) !== null) return major === at(m[1] ?? "")[0] && compare(at(m[1] ?? "")) >= 0
+    if ((m = /^(\d+)(\.x)?$/.exec(a)) !== null) return major === Number(m[1])
+    return true
+  })
+}
+
+describe("README on npm install", () => {
+  it("explains each EBADENGINE warning npm gives on this Node, naming the package", () => {
+    const lock = JSON.parse(readFileSync(path.join(root, "package-lock.json"), "utf8")) as {
+      packages: Record<string, { engines?: { node?: string }; optional?: boolean }>
+    }
+    const warned = Object.entries(lock.packages)
+      // npm skips an optional package that does not fit (rollup's lzma binary), without a warning.
+      .filter(([where, p]) => where !== "" && p.optional !== true && p.engines?.node !== undefined && !nodeSatisfies(process.version, p.engines.node))
+      .map(([where]) => where.replace(/^.*node_modules\//, ""))
+    const note = section(readme, "Two commands")
+    for (const name of warned) expect(note, `npm install warns EBADENGINE for ${name}`).toContain(`\`${name}\``)
+  })
+})
+
 describe("README tour", () => {
   const tour = section(readme, "A 60-second tour")
   const blocks = blocksOf(tour)
@@ -112,6 +171,9 @@ describe("README tour", () => {
       Effect.gen(function*() {
         const server = yield* Processes.allInOne({ namespace: namespace() })
         const code = sh[0]!.code
+        // No port written in: every line follows PORT, with npm start's default when it is unset.
+        expect(code).not.toMatch(new RegExp(`:${TOUR_PORT}\\b`))
+        for (const b of js) expect(b.code).not.toMatch(new RegExp(`:${TOUR_PORT}\\b`))
 
         // npm start & and the wait for it: the loop ends once the process answers.
         const healthy = yield* shell(lineOf(code, "until curl"), server.port)
@@ -128,14 +190,14 @@ describe("README tour", () => {
         // The wscat lines: npx needs -y to fetch wscat without asking. wscat is ws, so ws sees what it would.
         const wscat = code.split("\n").filter((l) => l.includes("wscat"))
         expect(wscat).toHaveLength(2)
-        for (const l of wscat) expect(l).toMatch(/^npx -y wscat -c "ws:\/\/127\.0\.0\.1:8080\/v0\/ws\?topic=lobby&token=/)
+        for (const l of wscat) expect(l).toMatch(/^npx -y wscat -c "ws:\/\/127\.0\.0\.1:\$\{PORT:-8080\}\/v0\/ws\?topic=lobby&token=/)
         const joined = yield* upgrade(`${server.ws}/v0/ws?topic=lobby&token=${token}`)
         expect(JSON.parse(joined.first ?? "{}")).toMatchObject({ from: "system:gateway", kind: "system", payload: { event: "welcome", participant: { id: "alice" } } })
         const refused = yield* upgrade(`${server.ws}/v0/ws?topic=lobby&token=bad`)
         expect(wscat[1]).toContain(`# error: ${refused.error}`)
         expect(refused.error).toBe("Unexpected server response: 401")
 
-        const metrics = yield* shell(lineOf(code, "curl -s localhost:8080/metrics"), server.port)
+        const metrics = yield* shell(lineOf(code, "curl -s localhost:${PORT:-8080}/metrics"), server.port)
         expect(metrics, metrics.stderr).toMatchObject({ code: 0, stdout: expect.stringContaining("switchboard_edge_connections") })
 
         // The Node snippets, saved inside the clone under the names the README gives them.
@@ -143,10 +205,9 @@ describe("README tour", () => {
         const outputs: Array<string> = []
         for (const b of js) {
           const name = /save as `([\w-]+\.mjs)`/.exec(b.before)![1]!
-          expect(b.code).toContain(`ws://127.0.0.1:${TOUR_PORT}`)
           const file = path.join(dir, name)
-          writeFileSync(file, b.code.replaceAll(`ws://127.0.0.1:${TOUR_PORT}`, server.ws))
-          const ran = yield* run(process.execPath, [file], { cwd: dir, env: { TOKEN: token }, timeout: 30_000 })
+          writeFileSync(file, b.code)
+          const ran = yield* run(process.execPath, [file], { cwd: dir, env: { TOKEN: token, PORT: String(server.port) }, timeout: 30_000 })
           expect(ran.code, `${name} failed:\n${ran.stderr}\n${ran.stdout}`).toBe(0)
           // What a `console.log(...)   // {…}` or `// […]` comment says is printed, is printed.
           for (const [, printed] of b.code.matchAll(/console\.log\(.*\)\s*\/\/ ([[{].*)$/gm)) expect(ran.stdout).toContain(printed)

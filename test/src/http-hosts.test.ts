@@ -35,7 +35,7 @@ const snippets = (): ReadonlyMap<string, Remote> => {
       const server = (config["mcpServers"] ?? config["servers"])?.["switchboard"]
       found.set(host, { url: String(server?.["url"]), headers: (server?.["headers"] ?? {}) as Record<string, string> })
     }
-    const add = /^claude mcp add --transport http switchboard (\S+) --header "([^:]+): ([^"]+)"$/m.exec(part)
+    const add = /^claude mcp add --transport http switchboard-http (\S+) --header "([^:]+): ([^"]+)"$/m.exec(part)
     if (add !== null) found.set(host, { url: add[1] ?? "", headers: { [add[2] ?? ""]: add[3] ?? "" } })
   }
   return found

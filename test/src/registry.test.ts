@@ -175,8 +175,9 @@ describe("MCP-B tool registry", () => {
       const bob = yield* hub(ws, "bob")
       expect((yield* Effect.promise(() => bob.client.listTools())).tools).toEqual([])
       for (const name of ["website_tool_bank_example_com_tab1_secret", "website_tool_bank_example_com_secret"]) {
+        // Bob's hub has never heard of alice's tools: an unknown name, as for any name it does not list.
         const error = yield* callError(bob.client, name)
-        expect(error?.code).toBe(RegistryProtocol.TabNotFound)
+        expect(error?.code).toBe(-32602)
       }
       // Bob's own tab with the same id and domain is his alone.
       yield* tab(ws, page("bob", ["secret"]), { user: "bob", tabId: 1, url: "https://bank.example.com/" })
@@ -256,7 +257,8 @@ describe("MCP-B tool registry", () => {
       raw.send({ jsonrpc: "2.0", id: 6, method: "tools/call", params: { name: 7 } })
       expect(yield* raw.next).toMatchObject({ id: 6, error: { code: -32602 } })
       raw.send({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "website_tool_nowhere" } })
-      expect(yield* raw.next).toMatchObject({ id: 7, error: { code: RegistryProtocol.TabNotFound, message: expect.stringContaining("website_tool_nowhere") } })
+      // A name the hub never listed is a bad parameter (MCP's -32602); TabNotFound is for a known tool no tab can serve.
+      expect(yield* raw.next).toMatchObject({ id: 7, error: { code: -32602, message: "Unknown tool: website_tool_nowhere; tools/list shows what the open tabs offer" } })
     }))
 })
 
@@ -586,7 +588,7 @@ describe("/tabs: a tab bridge authenticates in-band", () => {
       expect(textOf(yield* call(bob.client, "website_tool_bank_example_com_tab1_secret"))).toBe("bob:secret:")
       const alice = yield* hub(ws, "alice")
       expect((yield* Effect.promise(() => alice.client.listTools())).tools).toEqual([])
-      expect((yield* callError(alice.client, "website_tool_bank_example_com_tab1_secret"))?.code).toBe(RegistryProtocol.TabNotFound)
+      expect((yield* callError(alice.client, "website_tool_bank_example_com_tab1_secret"))?.code).toBe(-32602)
     }))
 
   it.scopedLive("frames before authenticate are refused with 1008 and nothing they asked for is done", () =>

@@ -74,6 +74,14 @@ describe("settings at start", () => {
       expect(run.stdout).not.toContain("Development token")
     }), 20_000)
 
+  it.scopedLive("refuses LOG_LEVEL=loud naming the variable once, before the dev token", () =>
+    Effect.gen(function*() {
+      const run = yield* allInOne({ LOG_LEVEL: "loud" })
+      expect(run.code).toBe(1)
+      expect(run.stderr.trim()).toBe("switchboard: LOG_LEVEL must be trace, debug, info, warning, error or none, got loud")
+      expect(run.stdout).not.toContain("Development token")
+    }), 20_000)
+
   it.scopedLive("starts with EDGE_SHUTDOWN_GRACE=5s", () =>
     Effect.gen(function*() {
       const run = yield* allInOne({ EDGE_SHUTDOWN_GRACE: "5s" }, /listening on /)
@@ -124,6 +132,8 @@ describe("start-up failures and warnings", () => {
       const run = yield* allInOne({ HOST: "127.0.0.1", PORT: String(port) })
       expect(run.code).toBe(1)
       expect(errorLines(run)).toStrictEqual([`switchboard: cannot listen on 127.0.0.1:${port}: the port is in use (set PORT to a free port)`])
+      // Before anything starts: no service says it runs, and no dev token for a server that never listened.
+      expect(run.stdout).not.toMatch(/hosting connection actors|answering token verification|Development token|metrics on/)
     }), 20_000)
 
   it.scopedLive("a METRICS_PORT in use is one line naming METRICS_PORT, for npm start and for a service alone", () =>

@@ -236,6 +236,82 @@ describe("switchboard-mcp (stdio bridge)", () => {
       )
     }), 30_000)
 
+  it.scopedLive("a refused token or an unreachable Switchboard fails the host's initialize; a good token still works", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const sb = yield* switchboard(port)
+      const connect = (url: string, jwt: string) =>
+        Effect.gen(function*() {
+          const transport = new StdioClientTransport({ command: process.execPath, args: [bin, "--url", url, "--token", jwt, "--no-browser"], stderr: "pipe", cwd: root })
+          const lines: Array<string> = []
+          transport.stderr?.on("data", (chunk: Buffer) => void lines.push(chunk.toString()))
+          const client = new Client({ name: "test-host", version: "0.0.0" })
+          yield* Effect.addFinalizer(() => Effect.promise(() => client.close().catch(() => {})))
+          const started = Date.now()
+          const outcome = yield* Effect.either(Effect.tryPromise(() => client.connect(transport)))
+          return { outcome, millis: Date.now() - started, client, stderr: () => lines.join("") }
+        })
+
+      // A token the edge refuses (signed, but not by this Switchboard's key): the initialize fails at once.
+      const refused = yield* connect(sb.url, "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl")
+      expect(refused.outcome._tag, refused.stderr()).toBe("Left")
+      const refusal = String(refused.outcome._tag === "Left" ? refused.outcome.left.error : "")
+      expect(refusal).toContain(`Switchboard at ${sb.url} refused the token (HTTP 401): check --token or SWITCHBOARD_TOKEN`)
+      // At once, not after the bounded wait (the child's start-up, several seconds under tsx, is in any timing here).
+      expect(refusal).not.toContain("waited")
+      // And it stops trying: one refusal on stderr, not a reconnect loop.
+      expect(refused.stderr()).toContain("not retrying until restarted with another configuration")
+      expect(refused.stderr()).not.toMatch(/reconnecting in/)
+
+      // Nothing listens at the URL: the initialize fails after the bridge's bounded wait.
+      const nowhere = `http://127.0.0.1:${yield* freePort}`
+      const unreachable = yield* connect(nowhere, yield* token({ sub: "alice" }))
+      expect(unreachable.outcome._tag, unreachable.stderr()).toBe("Left")
+      expect(String(unreachable.outcome._tag === "Left" ? unreachable.outcome.left.error : "")).toMatch(
+        new RegExp(`cannot reach Switchboard at ${nowhere} \\(.*ECONNREFUSED.*; waited 5000 ms\\): check --url`)
+      )
+      expect(unreachable.millis).toBeGreaterThanOrEqual(5_000)
+
+      // A good token: the same bridge initializes and lists the hub's tools.
+      yield* tab(sb.ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+      const good = yield* connect(sb.url, yield* token({ sub: "alice" }))
+      expect(good.outcome._tag, good.stderr()).toBe("Right")
+      yield* names(good.client).pipe(
+        Effect.filterOrFail((n) => n.includes("website_tool_shop_example_com_tab1_getCart")),
+        Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+        Effect.orDie
+      )
+    }), 60_000)
+
+  it.scopedLive("an unknown tool is -32602 and a cached tool no tab can serve is -32001 TabNotFound, each with one prefix", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const sb = yield* switchboard(port)
+      const first = yield* tab(sb.ws, page("first", ["compose"], { cache: true }), { user: "alice", tabId: 5, url: "https://mail.example.net/inbox" })
+      const { client, stderr } = yield* host(sb.url, "alice")
+      yield* explained(stderr, Effect.gen(function*() {
+        const cached = "website_tool_mail_example_net_compose"
+        yield* names(client).pipe(Effect.filterOrFail((n) => n.includes(cached)), Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }), Effect.orDie)
+        yield* Effect.promise(() => first.close())
+        yield* names(client).pipe(
+          Effect.filterOrFail((n) => !n.includes("website_tool_mail_example_net_tab5_compose")),
+          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 }),
+          Effect.orDie
+        )
+        const refusal = (name: string) => Effect.promise(() => client.callTool({ name, arguments: {} }).then(() => undefined, (e: unknown) => e as { code?: number; message?: string }))
+
+        const unknown = yield* refusal("website_tool_nowhere")
+        expect(unknown?.code).toBe(-32602)
+        expect(unknown?.message).toBe("MCP error -32602: Unknown tool: website_tool_nowhere; tools/list shows what the open tabs offer")
+
+        // Known, cached, but no tab is open and no extension can open one.
+        const notFound = yield* refusal(cached)
+        expect(notFound?.code).toBe(-32001)
+        expect(notFound?.message).toMatch(/^MCP error -32001: TabNotFound: no open tab of mail\.example\.net has compose/)
+        expect(notFound?.message).not.toMatch(/MCP error .*MCP error/)
+      }))
+    }), 60_000)
+
   it.effect("--help prints the usage on stdout and exits 0; a missing --url exits 2 with the reason on stderr", () =>
     Effect.gen(function*() {
       const help = yield* run(process.execPath, [bin, "--help"])

@@ -21,10 +21,30 @@ import { HubLink } from "./HubLink.ts"
 import { RpcError } from "./JsonRpcSocket.ts"
 import { describe, type Log } from "./Log.ts"
 import type { Options } from "./Options.ts"
+import { Refused } from "./Refused.ts"
+import { StartupGate } from "./StartupGate.ts"
 import { Unreachable } from "./Unreachable.ts"
 
 /** How long a host's first tools/list waits for the hub's first answer (so it is complete). */
 const FIRST_LIST_WAIT = 3_000
+/**
+ * How long a host's initialize waits for the hub's first connection before it fails as unreachable:
+ * long enough for a few reconnects through a server that is still starting (backoff 250 ms, 500 ms,
+ * 1 s, 2 s), short of the 10 s and more that hosts allow a server to start.
+ */
+const STARTUP_WAIT = 5_000
+
+/** A JSON-RPC error of the hub's, as the SDK's server answers a thrown error: its code, message and data. */
+class HubRefusal extends Error {
+  readonly code: number
+  readonly data: unknown
+  constructor(e: McpError) {
+    const prefix = `MCP error ${e.code}: `
+    super(e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message)
+    this.code = e.code
+    this.data = e.data
+  }
+}
 
 const failed = (text: string): CallToolResult => ({ isError: true, content: [{ type: "text", text }] })
 
@@ -73,7 +93,7 @@ export class Bridge {
   async serve(transport: Transport): Promise<void> {
     this.hub.start()
     this.browser?.start()
-    await this.server.connect(transport)
+    await this.server.connect(new StartupGate(transport, () => this.hub.startup(STARTUP_WAIT)))
   }
 
   async stop(): Promise<void> {
@@ -100,9 +120,11 @@ export class Bridge {
     try {
       return await this.hub.call(params, options)
     } catch (e) {
-      if (e instanceof Unreachable) return failed(e.message)
-      // The hub's own JSON-RPC errors (unknown tool, tab gone, ...) reach the host as they are.
-      if (e instanceof McpError) throw e
+      if (e instanceof Unreachable || e instanceof Refused) return failed(e.message)
+      // The hub's own JSON-RPC errors (-32602 unknown tool, -32001 TabNotFound, ...) reach the host as
+      // the hub sent them: the SDK's McpError has already put "MCP error <code>: " in front, and the
+      // host's SDK puts it there again.
+      if (e instanceof McpError) throw new HubRefusal(e)
       throw new McpError(ErrorCode.InternalError, describe(e))
     }
   }

@@ -19,6 +19,8 @@ import { Backoff } from "./Backoff.ts"
 import { HubTransport } from "./HubTransport.ts"
 import { describe, type Log } from "./Log.ts"
 import { FirstAttempt } from "./FirstAttempt.ts"
+import { permanent, Refused } from "./Refused.ts"
+import { UpgradeRefused } from "./Socket.ts"
 import { Unreachable } from "./Unreachable.ts"
 
 /**
@@ -55,6 +57,11 @@ export class HubLink {
   private readonly stopping = new AbortController()
   private readonly backoff = new Backoff()
   private readonly firstAttempt = new FirstAttempt()
+  /** Settles on the first connection, or on a refusal: what a host's initialize waits for. */
+  private readonly decided = new FirstAttempt()
+  /** Set once Switchboard refused the configuration; the link has stopped trying. */
+  private refused: Refused | undefined
+  private lastError = "no attempt finished yet"
 
   constructor(private readonly options: HubLinkOptions) {}
 
@@ -74,6 +81,17 @@ export class HubLink {
   /** Waits, at most `millis`, for the first connection attempt, so a host's first tools/list is complete. */
   ready(millis: number): Promise<void> {
     return this.firstAttempt.wait(millis)
+  }
+
+  /**
+   * Whether a host may start a session: waits, at most `millis`, for the first connection, and
+   * answers why not when Switchboard refused the configuration or could not be reached in time.
+   */
+  async startup(millis: number): Promise<Refused | Unreachable | undefined> {
+    await this.decided.wait(millis)
+    if (this.refused !== undefined) return this.refused
+    if (this.client === undefined) return new Unreachable(this.options.name, `${this.lastError}; waited ${millis} ms`)
+    return undefined
   }
 
   /**
@@ -107,6 +125,7 @@ export class HubLink {
   /** Relays one tools/call; the host's progress and cancellation ride along in `options`. */
   async call(params: CallToolRequest["params"], options: Pick<RequestOptions, "signal" | "onprogress">): Promise<CallToolResult> {
     const client = this.client
+    if (this.refused !== undefined) throw this.refused
     if (client === undefined) throw new Unreachable(this.options.name)
     try {
       return await client.request({ method: "tools/call", params }, CallToolResultSchema, {
@@ -133,6 +152,15 @@ export class HubLink {
         await client.connect(transport, { timeout: CONTROL_TIMEOUT, signal: this.stopping.signal })
       } catch (e) {
         await client.close().catch(() => {})
+        if (e instanceof UpgradeRefused && permanent(e.status)) {
+          // Retrying would be refused the same way; the host hears why (initialize, or each call).
+          this.refused = new Refused({ url: this.options.name, endpoint: this.options.url.pathname, status: e.status })
+          log.error(`hub: ${this.refused.message}; not retrying until restarted with another configuration`)
+          this.decided.done()
+          this.firstAttempt.done()
+          return
+        }
+        this.lastError = describe(e)
         this.firstAttempt.done()
         if (this.stopping.signal.aborted) return
         const delay = this.backoff.next()
@@ -145,6 +173,7 @@ export class HubLink {
       log.info(`hub: ${connectedOnce ? "reconnected to" : "connected to"} ${this.options.url.origin}${this.options.url.pathname}`)
       connectedOnce = true
       this.firstAttempt.done()
+      this.decided.done()
       // The host may have listed while the hub was away (or before it first answered).
       this.options.onToolsChanged()
       await closed

@@ -21,7 +21,14 @@ const refusal = (status: number) =>
         ? "Switchboard is shutting down or its auth is unavailable (HTTP 503)"
         : `the upgrade was refused with HTTP ${status}`
 
-/** Resolves once the socket is open; rejects with a readable reason otherwise. */
+/** The server answered the upgrade with `status` rather than switching protocols. */
+export class UpgradeRefused extends Error {
+  constructor(readonly status: number) {
+    super(refusal(status))
+  }
+}
+
+/** Resolves once the socket is open; rejects with a readable reason otherwise (`UpgradeRefused` for an HTTP answer). */
 export const open = (url: URL, options: OpenOptions): Promise<WebSocket> =>
   new Promise((resolve, reject) => {
     const socket = new WebSocket(url, options.protocol === undefined ? [] : [options.protocol], {
@@ -30,19 +37,19 @@ export const open = (url: URL, options: OpenOptions): Promise<WebSocket> =>
       perMessageDeflate: false,
       maxPayload: 64 * 1024 * 1024
     })
-    const fail = (reason: string) => {
+    const fail = (reason: Error) => {
       socket.removeAllListeners()
       socket.on("error", () => {})
       socket.terminate()
-      reject(new Error(reason))
+      reject(reason)
     }
     socket.once("open", () => {
       socket.removeAllListeners("error")
       socket.removeAllListeners("unexpected-response")
       resolve(socket)
     })
-    socket.once("unexpected-response", (_request, response) => fail(refusal(response.statusCode ?? 0)))
-    socket.once("error", (e) => fail(e.message === "" ? String(e) : e.message))
+    socket.once("unexpected-response", (_request, response) => fail(new UpgradeRefused(response.statusCode ?? 0)))
+    socket.once("error", (e) => fail(new Error(e.message === "" ? String(e) : e.message)))
   })
 
 /** Pings every `intervalMillis`; a socket that did not answer the previous ping is terminated. */

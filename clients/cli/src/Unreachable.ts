@@ -4,12 +4,15 @@
  */
 import * as Data from "effect/Data"
 
-export class Unreachable extends Data.TaggedError("Unreachable")<{ readonly url: string }> {
-  constructor(url: string) {
-    super({ url })
+export class Unreachable extends Data.TaggedError("Unreachable")<{ readonly url: string; readonly atStart: string | undefined }> {
+  /** `atStart`: why the first connection has not come up, for a host's initialize. */
+  constructor(url: string, atStart?: string) {
+    super({ url, atStart })
   }
 
   override get message(): string {
-    return `Switchboard at ${this.url} is unreachable; reconnecting`
+    return this.atStart === undefined
+      ? `Switchboard at ${this.url} is unreachable; reconnecting`
+      : `cannot reach Switchboard at ${this.url} (${this.atStart}): check --url and that Switchboard is running`
   }
 }

@@ -466,7 +466,9 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         const unfinished = all.length - handed - [...failures.values()].reduce((a, b) => a + b, 0)
         if (unfinished > 0) failures.set("Grace", unfinished)
         const why = [...failures].map(([reason, n]) => `${reason} ${n}`).join(", ")
-        yield* Effect.logWarning(
+        // On a bus no other process shares (npm start's embedded one), no replica elsewhere will
+        // adopt what is left: the connections just end with the process, as the user asked.
+        yield* (bus.shared ? Effect.logWarning : Effect.logDebug)(
           `handed ${handed} of ${all.length} connections over (not handed: ${why}); the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
         )
       }

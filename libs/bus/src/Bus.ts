@@ -86,6 +86,11 @@ export interface BusShape {
   readonly flush: Effect.Effect<void, BusError>
   /** Flushes what was published and stops all subscriptions. Idempotent. */
   readonly drain: Effect.Effect<void>
+  /**
+   * Whether other processes can reach this bus (NATS), so that a replica elsewhere can take over
+   * what this one leaves. The embedded bus is its process's alone.
+   */
+  readonly shared: boolean
   /** Whether the bus can currently reach its peers (NATS connected; the embedded bus is always). */
   readonly isConnected: () => boolean
   /**

@@ -228,7 +228,7 @@ export const makeBus = (): BusShape => {
     wildcard.length = 0
   })
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, isConnected: () => !isClosed, onReconnect: () => Effect.void }
+  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, shared: false, isConnected: () => !isClosed, onReconnect: () => Effect.void }
 }
 
 const kvEncoder = new TextEncoder()

@@ -275,6 +275,7 @@ export const makeBus = (nc: NatsConnection, namespace: string): BusShape => {
     respond,
     flush,
     drain,
+    shared: true,
     isConnected: () => !nc.isClosed() && !nc.isDraining(),
     onReconnect
   }

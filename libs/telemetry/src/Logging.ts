@@ -29,7 +29,9 @@ export const level = Config.string("LOG_LEVEL").pipe(
   Config.mapOrFail((value) => {
     const found = LEVELS[value.trim().toLowerCase()]
     return found === undefined
-      ? Either.left(ConfigError.InvalidData(["LOG_LEVEL"], `expected trace, debug, info, warning, error or none, got ${JSON.stringify(value)}`))
+      // An empty path: Config.string("LOG_LEVEL") puts its name in front of this one, and a path of
+      // ["LOG_LEVEL"] made the line read LOG_LEVEL_LOG_LEVEL. The message names it, as Settings' do.
+      ? Either.left(ConfigError.InvalidData([], `LOG_LEVEL must be trace, debug, info, warning, error or none, got ${value.trim() === value && value !== "" ? value : JSON.stringify(value)}`))
       : Either.right(found)
   }),
   Config.withDescription("trace, debug, info, warning, error or none"),

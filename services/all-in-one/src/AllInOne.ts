@@ -18,6 +18,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import { portFree } from "./PortCheck.ts"
 
 const devToken = (tokens: Tokens.TokensShape) =>
   Effect.gen(function*() {
@@ -67,7 +68,11 @@ export const settings = Config.all(
 
 /**
  * `npm start`: an invalid setting ends the process with one line on stderr and exit code 1, before
- * the dev token is printed; only then do the layers start (and run until SIGTERM/SIGINT). What
- * stops them from starting (a port in use, NATS out of reach) ends it the same way.
+ * the dev token is printed, and so does a `PORT` in use; only then do the layers start (and run until
+ * SIGTERM/SIGINT). What stops them from starting (NATS out of reach) ends it the same way.
  */
-export const main = settings.pipe(Effect.zipRight(Layer.launch(layer)), Effect.catchAll(Process.exitWithOneLine("switchboard")))
+export const main = settings.pipe(
+  Effect.zipRight(portFree),
+  Effect.zipRight(Layer.launch(layer)),
+  Effect.catchAll(Process.exitWithOneLine("switchboard"))
+)

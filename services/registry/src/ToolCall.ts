@@ -263,7 +263,9 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       if (calls.has(key)) return ex.reply(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
       if (calls.size >= config.maxPending) return ex.reply(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
       const listed = session.view()?.aggregate().byName.get(name)
-      if (listed === undefined) return ex.reply(failure(request.id, TabNotFound, `TabNotFound: no tool named ${name}; tools/list shows what the open tabs offer`))
+      // A name this user's hub does not list is a bad parameter, as MCP has it (-32602); TabNotFound
+      // (-32001) is kept for a tool the hub knows, cached or listed, that no tab can serve now.
+      if (listed === undefined) return ex.reply(failure(request.id, ErrorCode.InvalidParams, `Unknown tool: ${name}; tools/list shows what the open tabs offer`))
       span?.attribute("mcp.tool.domain", listed.target.domain)
       const call: Call = {
         id: request.id,

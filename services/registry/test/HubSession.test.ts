@@ -31,8 +31,8 @@ describe("the hub session", () => {
       expect((yield* raw.request("tools/call", { name: "x", arguments: [1] })).error).toEqual(invalid)
       expect((yield* raw.request("tools/call", { name: "x", _meta: { progressToken: true } })).error).toEqual(invalid)
       expect((yield* raw.request("tools/call", { name: "nope" })).error).toEqual({
-        code: -32001,
-        message: "TabNotFound: no tool named nope; tools/list shows what the open tabs offer"
+        code: -32602,
+        message: "Unknown tool: nope; tools/list shows what the open tabs offer"
       })
       expect((yield* raw.request("tools/list", { cursor: "x" })).error).toEqual({ code: -32602, message: "Invalid params: unknown cursor" })
       expect((yield* raw.request("resources/list")).error).toEqual({ code: -32601, message: "Method not found: resources/list" })
