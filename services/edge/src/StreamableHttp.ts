@@ -168,7 +168,8 @@ export const make = (
     // Idle SSE streams get a comment now and then, or a proxy in between may cut them.
     const keepAlive = setInterval(() => {
       const now = Date.now()
-      for (const ex of exchanges.values()) if (ex.kind === "stream" || ex.sse) write(ex, ": keep-alive\n\n")
+      // A GET stream its session has not acknowledged has no headers yet: a write would send a bare 200.
+      for (const ex of exchanges.values()) if (ex.kind === "stream" ? ex.timer === undefined : ex.sse) write(ex, ": keep-alive\n\n")
       for (const [id, entry] of known) if (entry.until <= now) known.delete(id)
       for (const [id, until] of gone) if (until <= now) gone.delete(id)
     }, Duration.toMillis(config.keepAlive))
