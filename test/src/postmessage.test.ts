@@ -560,7 +560,8 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           Effect.orDieWith((what) => new Error(what))
         )
         expect(refused).toMatchObject({ ok: false, reason: "SetupRequired", message: expect.stringContaining("setup required (AUTH_EXPIRED): Switchboard refused the stored token") })
-      }))
+        // Up to 40 connects: on two cores busy with the rest of the suite, each takes a second or more.
+      }), 90_000)
 
     it.scoped("an app of an origin not allowed gets no tools: the browser refuses to frame it, and a popup is refused by the page", () =>
       Effect.gen(function*() {
