@@ -39,6 +39,26 @@ const FLOOD_TOPICS = 6
 const ENVELOPE_TEXT = 60_000
 /** The most a flooding tool sends before it gives up on being cut: far over any bound the edge keeps. */
 const FLOOD_MIB = 64
+/**
+ * Fills the history journal past its 64 MiB budget (6 topics × 200 × 60 KB), so that it is full in
+ * both readings whatever pace a busy machine leaves the warm-up: otherwise the soak's RSS growth is
+ * mostly the journal reaching its budget.
+ */
+const fillJournal = (proc: Processes.EdgeProcess) =>
+  Effect.forEach(
+    Array.from({ length: FLOOD_TOPICS }, (_, i) => i),
+    (i) =>
+      Effect.scoped(Effect.gen(function*() {
+        const filler = yield* join(proc.ws, `flood-${i}`, { id: `filler-${i}`, privilege: "full" })
+        const text = "f".repeat(ENVELOPE_TEXT)
+        for (let round = 0; round < 10; round++) {
+          for (let k = 0; k < 20; k++) filler.send({ kind: "chat", payload: { text } })
+          yield* filler.collect(20, "chat")
+        }
+      })),
+    { concurrency: FLOOD_TOPICS, discard: true }
+  )
+
 /** The SDK's Streamable HTTP client as `bearer`, its session deleted with the scope. */
 const httpClient = (url: string, bearer: string) =>
   Effect.acquireRelease(
@@ -194,6 +214,7 @@ describe("soak: buffers one client can fill", () => {
       const proc = yield* Processes.allInOne({ namespace: namespace(), nodeArgs: ["--inspect=127.0.0.1:0"], env: { REGISTRY_CALL_TIMEOUT: "10 minutes" } })
       const inspector = yield* Inspector.attach(proc)
 
+      yield* fillJournal(proc)
       // Failures are asserted after the readings, so that a run on code without the bounds still says what it held.
       const warmUp = yield* traffic(proc, WARM_UP)
       yield* allClosed(proc)
