@@ -5,6 +5,7 @@
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Net from "node:net"
 import { type ClientOptions, WebSocket } from "ws"
@@ -48,13 +49,25 @@ export const connect = (url: string, options: ClientOptions & { readonly protoco
         ws.once("error", (e) => resume(Effect.fail(e)))
       })
       const timeout = <A>(e: Effect.Effect<A>) => Effect.timeoutFail(e, { duration: "10 seconds", onTimeout: () => new Error("no message within 10s") }).pipe(Effect.orDie)
+      // A message already queued comes first; otherwise the wait ends with the socket's close, so a
+      // server that closed instead of answering reads as that close, not as a 10 s silence.
+      const take = Queue.poll(messages).pipe(
+        Effect.flatMap(Option.match({
+          onSome: Effect.succeed,
+          onNone: () =>
+            Effect.raceFirst(
+              Queue.take(messages),
+              Deferred.await(closed).pipe(Effect.flatMap(({ code, reason }) => Effect.dieMessage(`socket closed (${code} ${reason}) before a message`)))
+            )
+        }))
+      )
       return {
         ws,
         messages,
         closed,
         send: (data: string | object) => ws.send(typeof data === "string" ? data : JSON.stringify(data)),
-        nextText: timeout(Queue.take(messages)),
-        next: timeout(Effect.map(Queue.take(messages), (s): unknown => JSON.parse(s)))
+        nextText: timeout(take),
+        next: timeout(Effect.map(take, (s): unknown => JSON.parse(s)))
       } satisfies TestClient
     }),
     (c) => Effect.sync(() => c.ws.terminate())
