@@ -90,6 +90,16 @@ export const journalSubject = (journal: string, key: string): string => `journal
 
 /** Plain HTTP requests the edge routes to a service (request/reply, the service's queue group). */
 export const http = (service: ServiceName): string => `${service}.http`
+/**
+ * Requests that need no session (MCP 2026-07-28) from the edge to the service's queue group: any
+ * replica answers, on the edge's exchange the request names (`Header.http`).
+ */
+export const stateless = (service: ServiceName): string => `${service}.stateless`
+/**
+ * A client closed a stateless request's stream before its answer (MCP 2026-07-28's cancellation):
+ * to every replica of the service, since any of them may be working on it.
+ */
+export const statelessCancelled = (service: ServiceName): string => `${service}.stateless.cancelled`
 /** Token verification (request/reply, queue group `auth`). */
 export const authVerify = "auth.verify"
 /**

@@ -61,3 +61,8 @@ export const httpSessionIdle = Settings.duration(
   "30 minutes",
   "A Streamable HTTP /hub session without any request for this long ends (its id then gets 404)"
 )
+export const statelessIdle = Settings.duration(
+  "REGISTRY_STATELESS_IDLE",
+  "5 minutes",
+  "How long a replica keeps a user's tool view warm after that user's last MCP 2026-07-28 request (no session): the next request then needs no KV read"
+)

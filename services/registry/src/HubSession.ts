@@ -21,6 +21,7 @@ import * as Naming from "./Naming.ts"
 import { failure, LIST_CHANGED, result, sameJson } from "./Replies.ts"
 import * as Replica from "./Replica.ts"
 import * as ToolCall from "./ToolCall.ts"
+import * as ToolsPage from "./ToolsPage.ts"
 import type * as Views from "./Views.ts"
 
 const { ErrorCode } = JsonRpc
@@ -37,7 +38,6 @@ const CAPABILITIES = {
 }
 
 const decodeCallParams = Schema.decodeUnknownEither(Registry.ToolsCallParams)
-const decodeListParams = Schema.decodeUnknownEither(Registry.ToolsListParams)
 const decodeCancelled = Schema.decodeUnknownEither(Registry.CancelledParams)
 const decodeInitialize = Schema.decodeUnknownEither(Registry.InitializeParams)
 
@@ -164,29 +164,10 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
   }
 
   private toolsList(request: JsonRpc.Request, ex: HubTransport.Exchange) {
-    const { config } = this.replica
-    const all = this.currentView?.aggregate() ?? { tools: [] }
-    const params = decodeListParams(isRecord(request.params) ? request.params : {})
-    const offset = Either.isRight(params) && params.right.cursor !== undefined ? Number(params.right.cursor) : Either.isRight(params) ? 0 : -1
-    if (offset < 0 || offset > all.tools.length) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
-    // A page ends at pageSize tools or before pageBytes, whichever comes first, but holds at
-    // least one tool: a page of large tools could otherwise outgrow what the bus and the edge
-    // carry, and the session would be closed on every attempt to list.
-    const parts: Array<string> = []
-    let bytes = 0
-    let end = offset
-    while (end < all.tools.length && parts.length < config.pageSize) {
-      const part = JSON.stringify(Naming.toMcp(all.tools[end]!))
-      const size = Buffer.byteLength(part) + 1
-      if (parts.length > 0 && bytes + size > config.pageBytes) break
-      parts.push(part)
-      bytes += size
-      end++
-    }
+    const fields = ToolsPage.page(this.currentView?.aggregate() ?? { tools: [], byName: new Map() }, isRecord(request.params) ? request.params : {}, this.replica.config)
+    if (fields === undefined) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: unknown cursor"))
     this.shown = this.currentView?.aggregate()
-    // The tools are serialized once, to measure them, and joined as they are.
-    const next = end < all.tools.length ? `,"nextCursor":${JSON.stringify(String(end))}` : ""
-    ex.reply(`{"jsonrpc":"2.0","id":${JSON.stringify(request.id)},"result":{"tools":[${parts.join(",")}]${next}}}`)
+    ex.reply(ToolsPage.answer(request.id, fields))
   }
 
   private initialize(request: JsonRpc.Request, ex: HubTransport.Exchange) {
@@ -266,7 +247,8 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
     if (message.method === "notifications/cancelled") {
       // A malformed cancel names no call this session could find: it is ignored, as MCP asks.
       const params = decodeCancelled(message.params)
-      return Either.isRight(params) ? this.calls?.cancel(params.right) : undefined
+      if (Either.isRight(params)) this.calls?.cancel(ToolCall.keyOf(params.right.requestId), params.right.reason)
+      return
     }
     // notifications/initialized and anything else a client announces need no answer.
   }

@@ -1,7 +1,8 @@
 /**
  * The tool registry: the MCP-B hub (`shared/specs/mcp-b.md`) as a service. Tab bridges connect at
  * `/tabs` and register their page's tools (`TabSession.ts`); MCP clients connect at `/hub` and see
- * all their user's tools as one MCP server (`HubSession.ts`, with its calls in `ToolCall.ts`).
+ * all their user's tools as one MCP server (`HubSession.ts`, with its calls in `ToolCall.ts`), and
+ * MCP 2026-07-28 requests, which need no session, reach any replica (`Stateless.ts`).
  * This module only wires them: one actor per connection, the replica's shared state
  * (`Replica.ts`), and the sweep of tab entries left behind (`StaleTabSweep.ts`).
  */
@@ -11,6 +12,7 @@ import * as Layer from "effect/Layer"
 import * as HubSession from "./HubSession.ts"
 import * as Replica from "./Replica.ts"
 import * as StaleTabSweep from "./StaleTabSweep.ts"
+import * as Stateless from "./Stateless.ts"
 import * as TabSession from "./TabSession.ts"
 
 export const make = Effect.gen(function*() {
@@ -24,6 +26,7 @@ export const make = Effect.gen(function*() {
     shutdownGrace: replica.config.shutdownGrace,
     make: (conn, restored, handedOver) => (conn.open.path === "/tabs" ? tab(conn, restored) : hub(conn, restored, handedOver))
   })
+  yield* Stateless.serve(replica)
   yield* StaleTabSweep.run(replica)
 })
 

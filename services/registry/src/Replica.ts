@@ -43,7 +43,8 @@ export const make = Effect.gen(function*() {
       replayAge: yield* RegistryConfig.httpReplayAge,
       idle: yield* RegistryConfig.httpSessionIdle
     },
-    maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser
+    maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser,
+    statelessIdle: yield* RegistryConfig.statelessIdle
   }
   // Fibers an actor starts now and then (a tab to open) run here, not in a FiberSet per actor.
   const runService = yield* FiberSet.makeRuntime<never>()

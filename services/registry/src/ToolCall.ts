@@ -54,18 +54,22 @@ interface Call {
 
 /** What the calls need of the session they belong to. */
 export interface Session {
-  readonly conn: Actors.Connection
+  /** Its tabs' answers come back to this id's actor: a call's id at the tab begins with it. */
+  readonly conn: { readonly id: Subjects.ConnId }
   /** The session user's view; none until it authenticated. */
   readonly view: () => Views.View | undefined
   readonly user: () => string | undefined
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
+  /** What a successful answer carries beside the tab's result (MCP 2026-07-28's `resultType`); none in the legacy era. */
+  readonly complete?: ((value: Record<string, unknown>) => Record<string, unknown>) | undefined
 }
 
-const idKey = (id: JsonRpc.Id) => `${typeof id}:${id}`
+/** A call's key among a session's calls: its JSON-RPC id, as the client that sent it knows it. */
+export const keyOf = (id: JsonRpc.Id) => `${typeof id}:${id}`
 const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
 
 /** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
-const answerOf = (call: Call, m: Record<string, unknown>): string => {
+const answerOf = (call: Call, m: Record<string, unknown>, complete: Session["complete"]): string => {
   if ("error" in m && isRecord(m["error"])) {
     const error = m["error"]
     // The tab's own fields, checked rather than converted: String() throws on {"toString": 1}.
@@ -77,8 +81,12 @@ const answerOf = (call: Call, m: Record<string, unknown>): string => {
   if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
   const { payload, success } = answered
   const text = typeof payload === "string" ? payload : JSON.stringify(payload)
-  if (!success) return result(call.id, { content: [{ type: "text", text }], isError: true })
-  return result(call.id, isRecord(payload) && Array.isArray(payload["content"]) ? payload : { content: [{ type: "text", text }] })
+  const value = !success
+    ? { content: [{ type: "text", text }], isError: true }
+    : isRecord(payload) && Array.isArray(payload["content"])
+    ? payload
+    : { content: [{ type: "text", text }] }
+  return result(call.id, complete === undefined ? value : complete(value))
 }
 
 const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
@@ -88,10 +96,13 @@ export const handedStream = (handedOver: unknown): Registry.HttpStreamState | un
   Option.getOrUndefined(Option.flatMapNullable(decodeHubHandoff(handedOver), (h) => h.stream))
 
 export interface ToolCalls {
-  /** A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. */
-  readonly start: (request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, span: Tracer.Span | undefined) => void
-  /** The client's `notifications/cancelled`: the call gets no answer, and its tab is told. */
-  readonly cancel: (params: Registry.CancelledParams) => void
+  /**
+   * A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. Its key
+   * is its id's (`keyOf`) unless given: requests that share no session may share ids.
+   */
+  readonly start: (request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, span: Tracer.Span | undefined, key?: string) => void
+  /** The client cancelled the call with this key: it gets no answer, and its tab is told; false when no such call is in flight. */
+  readonly cancel: (key: string, reason: string | undefined) => boolean
   /** What a tab's actor passed on: an answer or progress of a call. */
   readonly fromTab: (from: Registry.FromTab) => Effect.Effect<void> | void
   /** The user's tabs changed: calls waiting for a tab go out, and those whose tab closed are retried. */
@@ -257,9 +268,8 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       backOff(call)
     }
 
-    const start: ToolCalls["start"] = (request, params, ex, span) => {
+    const start: ToolCalls["start"] = (request, params, ex, span, key = keyOf(request.id)) => {
       const { name } = params
-      const key = idKey(request.id)
       if (calls.has(key)) return ex.reply(failure(request.id, ErrorCode.InvalidRequest, `Invalid Request: id ${String(request.id)} is already in flight`))
       if (calls.size >= config.maxPending) return ex.reply(failure(request.id, ErrorCode.ServerError, `Too many calls in flight (limit ${config.maxPending})`))
       const listed = session.view()?.aggregate().byName.get(name)
@@ -287,15 +297,16 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       dispatch(call)
     }
 
-    const cancel: ToolCalls["cancel"] = (params) => {
-      const call = calls.get(idKey(params.requestId))
-      if (call === undefined) return
+    const cancel: ToolCalls["cancel"] = (key, reason) => {
+      const call = calls.get(key)
+      if (call === undefined) return false
       done(call)
       // A cancelled request gets no answer; its HTTP exchange ends without one.
       call.exchange.end()
       if (call.phase === "sent" && call.mapped !== undefined && call.tab !== undefined) {
-        socketOf(call.tab).send(notification("notifications/cancelled", { requestId: call.mapped, reason: params.reason ?? "cancelled by the client" }))
+        socketOf(call.tab).send(notification("notifications/cancelled", { requestId: call.mapped, reason: reason ?? "cancelled by the client" }))
       }
+      return true
     }
 
     const tabsChanged = () => {
@@ -326,7 +337,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       done(call)
       toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
       const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
-      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m)
+      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m, session.complete)
       if (call.span === undefined) return call.exchange.reply(answer)
       const user = session.user()
       return Effect.currentSpan.pipe(
@@ -376,7 +387,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       if (Option.isNone(handed)) return 0
       seq = Math.max(seq, handed.value.seq)
       for (const c of handed.value.calls) {
-        const key = idKey(c.id)
+        const key = keyOf(c.id)
         if (calls.has(key)) continue
         const call: Call = {
           id: c.id,

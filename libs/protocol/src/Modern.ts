@@ -1,0 +1,84 @@
+/**
+ * MCP 2026-07-28, the modern era (`specs/mcp-2026-07-28/`): no `initialize` and no session; every
+ * request carries its protocol version, client info and capabilities in `_meta`, and on HTTP the
+ * method and name in headers too. What the edge checks of such a request, and what the hub
+ * answers that needs no user, are here, so that every part of Switchboard says it the same way.
+ */
+import { isRecord } from "./JsonRpc.ts"
+
+/** The modern revisions the hub serves, newest first. */
+export const Versions = ["2026-07-28"] as const
+export type Version = (typeof Versions)[number]
+export const isVersion = (v: string): v is Version => (Versions as ReadonlyArray<string>).includes(v)
+
+/** The reserved `_meta` keys of a modern request and result. */
+export const Meta = {
+  protocolVersion: "io.modelcontextprotocol/protocolVersion",
+  clientInfo: "io.modelcontextprotocol/clientInfo",
+  clientCapabilities: "io.modelcontextprotocol/clientCapabilities",
+  serverInfo: "io.modelcontextprotocol/serverInfo",
+  subscriptionId: "io.modelcontextprotocol/subscriptionId"
+} as const
+
+/** The error codes 2026-07-28 adds (`schema.ts`). */
+export const ErrorCode = {
+  /** HTTP headers missing, malformed, or not matching the body: status 400. */
+  HeaderMismatch: -32020,
+  MissingRequiredClientCapability: -32021,
+  /** With `data: {supported, requested}`: status 400. */
+  UnsupportedProtocolVersion: -32022
+} as const
+
+/** The methods the hub serves in the modern era; any other is 404 with -32601. */
+export const Methods = ["server/discover", "tools/list", "tools/call"] as const
+export type Method = (typeof Methods)[number]
+export const isMethod = (m: string): m is Method => (Methods as ReadonlyArray<string>).includes(m)
+
+/** The hub's identity, in every modern result's `_meta` and in legacy `initialize`'s `serverInfo`. */
+export const ServerInfo = { name: "switchboard-hub", version: "0.1.0" } as const
+
+/**
+ * How long a client may keep `tools/list` (its `ttlMs`): the list changes whenever a tab registers
+ * or closes, and a client hears of that only on a `subscriptions/listen` stream, so not long.
+ */
+export const ToolsListTtlMillis = 5_000
+
+/** `server/discover`'s result, the same for every user: any edge answers it, with `supported` the hub's versions of both eras. */
+export const discoverResult = (supported: ReadonlyArray<string>) => ({
+  resultType: "complete",
+  supportedVersions: supported,
+  capabilities: { tools: { listChanged: true } },
+  instructions:
+    "Tools of the user's open browser tabs, named <domain>_<tab>_<tool>. The list follows the tabs: list again when it changes.",
+  // Nothing in it depends on the user, and it changes only with a deployment.
+  ttlMs: 3_600_000,
+  cacheScope: "public",
+  _meta: { [Meta.serverInfo]: ServerInfo }
+})
+
+/**
+ * What a modern result carries beside what its method returns: `resultType` and the server's
+ * identity. The result's own `_meta` (a tab's, say) is kept.
+ */
+export const complete = (value: Record<string, unknown>): Record<string, unknown> => {
+  const meta = value["_meta"]
+  return { ...value, resultType: "complete", _meta: { ...(isRecord(meta) ? meta : {}), [Meta.serverInfo]: ServerInfo } }
+}
+
+/** The `_meta` of a request's params, when it has one. */
+export const metaOf = (message: Record<string, unknown>): Record<string, unknown> | undefined => {
+  const params = message["params"]
+  const meta = isRecord(params) ? params["_meta"] : undefined
+  return isRecord(meta) ? meta : undefined
+}
+
+const utf8 = new TextDecoder()
+
+/** A header value in the Base64 sentinel form `=?base64?…?=` (Mcp-Name, Mcp-Param-*), decoded; others as they are; undefined when malformed. */
+export const decodeHeaderValue = (value: string): string | undefined => {
+  if (!value.startsWith("=?base64?") || !value.endsWith("?=") || value.length < 11) return value
+  const encoded = value.slice(9, -2)
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(encoded) || encoded.length % 4 !== 0) return undefined
+  // atob and TextDecoder rather than Buffer: this module is browser-safe.
+  return utf8.decode(Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0)))
+}
