@@ -100,6 +100,11 @@ export const stateless = (service: ServiceName): string => `${service}.stateless
  * to every replica of the service, since any of them may be working on it.
  */
 export const statelessCancelled = (service: ServiceName): string => `${service}.stateless.cancelled`
+/**
+ * A user's tools may have changed (a tab registered, updated or closed, a tool was cached): one
+ * empty message, to every edge that holds a `subscriptions/listen` stream of that user.
+ */
+export const toolsChanged = (user: string): string => `registry.tools.${tokenOf(user)}.changed`
 /** Token verification (request/reply, queue group `auth`). */
 export const authVerify = "auth.verify"
 /**

@@ -66,6 +66,14 @@ export const make = Effect.gen(function*() {
     connections: yield* kv.bucket(Subjects.Bucket.connections),
     views: yield* Views.make,
     ...sessions,
+    /** Tells the edges that hold `subscriptions/listen` streams of `user` that the user's tools may have changed. */
+    toolsChanged: (user: string) => {
+      try {
+        bus.unsafePublish(Subjects.toolsChanged(user), "")
+      } catch {
+        // The bus is closing: no edge is left to tell.
+      }
+    },
     /** Closes the socket unless it has said who it is in time; `reason` may depend on how far it got. */
     deadline: (conn: Actors.Connection, reason: string | (() => string)) =>
       ActorTimer.after(config.authTimeout, () => conn.close(Edge.CloseCode.PolicyViolation, typeof reason === "string" ? reason : reason()))

@@ -21,6 +21,7 @@ export const sweep = (replica: Replica.Replica) =>
       // Not a record the tab wrote again since it was read.
       if (!(yield* tabs.deleteOwned(key, (now) => now.conn === value.conn && now.updatedAt === value.updatedAt))) continue
       pruned++
+      replica.toolsChanged(value.user)
       yield* Effect.logInfo(`pruned the stale entry of tab ${value.tabId} of ${value.domain}`)
     }
     return pruned

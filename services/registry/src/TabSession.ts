@@ -102,7 +102,13 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
   /** Whether the record was stored; a failure is logged. */
   private save(next: Registry.TabRecord) {
     return this.replica.tabs.put(this.key, next).pipe(
-      Effect.tap(() => Effect.sync(() => (this.tab = next))),
+      Effect.tap(() =>
+        Effect.sync(() => {
+          const before = this.tab
+          this.tab = next
+          if (before === undefined || before.tools !== next.tools || before.url !== next.url) this.replica.toolsChanged(next.user)
+        })
+      ),
       Effect.as(true),
       Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e), false))
     )
@@ -254,7 +260,7 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
       yield* forget(this.conn)
       if (this.tab === undefined) return
       // A newer socket of the same tab may own the entry already, or write it while this one lets go.
-      yield* tabs.deleteOwned(this.key, (record) => record.conn === this.conn.id)
+      if (yield* tabs.deleteOwned(this.key, (record) => record.conn === this.conn.id)) this.replica.toolsChanged(this.tab.user)
     }).pipe(Effect.catchAll((e) => Effect.logWarning(`could not remove closed tab ${this.conn.id}; it is pruned once stale`, e)))
   }
 }

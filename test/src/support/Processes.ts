@@ -236,6 +236,8 @@ export interface Deployment {
   readonly router: ServiceProcess
   /** Present when the deployment was asked for it (`DeploymentOptions.registry`). */
   readonly registry?: ServiceProcess
+  /** Every registry replica, the first being `registry`. */
+  readonly registries: ReadonlyArray<ServiceProcess>
   readonly edges: ReadonlyArray<EdgeProcess>
 }
 
@@ -243,6 +245,8 @@ export interface DeploymentOptions {
   readonly edges: number
   /** Also start the tool registry, and wait until it hosts connection actors. */
   readonly registry?: boolean
+  /** How many registry replicas, when `registry` (1 unless given). */
+  readonly registries?: number
   readonly env?: Readonly<Record<string, string>>
   readonly readyTimeout?: Duration.DurationInput
 }
@@ -280,16 +284,17 @@ export const deployment = (natsUrl: string, options: DeploymentOptions) =>
   Effect.gen(function*() {
     const namespace = freshNamespace()
     const common: ProcessOptions = { natsUrl, namespace, ...(options.env === undefined ? {} : { env: options.env }) }
-    const [authProc, routerProc, registryProc, edges] = yield* Effect.all(
+    const [authProc, routerProc, registries, edges] = yield* Effect.all(
       [
         auth(common),
         router(common),
-        options.registry === true ? registry(common) : Effect.succeed(undefined),
+        Effect.all(Array.from({ length: options.registry === true ? options.registries ?? 1 : 0 }, () => registry(common)), { concurrency: "unbounded" }),
         Effect.all(Array.from({ length: options.edges }, () => edge(common)), { concurrency: "unbounded" })
       ],
       { concurrency: "unbounded" }
     )
-    const services = [authProc, routerProc, ...(registryProc === undefined ? [] : [registryProc]), ...edges]
+    const registryProc = registries[0]
+    const services = [authProc, routerProc, ...registries, ...edges]
     const probe = yield* token({ sub: `readiness-${namespace}` })
     const lastProbe = { detail: "not tried" }
     const serving = Effect.forEach(
@@ -325,6 +330,7 @@ export const deployment = (natsUrl: string, options: DeploymentOptions) =>
       auth: authProc,
       router: routerProc,
       ...(registryProc === undefined ? {} : { registry: registryProc }),
+      registries,
       edges
     } satisfies Deployment
   })
