@@ -28,8 +28,6 @@ import * as ResourceMetadata from "./ResourceMetadata.ts"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
 
-export const METADATA_PATH = ResourceMetadata.METADATA_PATH
-
 export interface StreamableHttpShape {
   /** Whether a plain HTTP request at this path is answered here. */
   readonly serves: (path: string) => boolean
