@@ -1,7 +1,8 @@
 /**
  * The edge: terminates WebSockets and moves raw text frames between sockets and the bus, knowing
  * nothing about the protocols above. This module is the layer: it reads the settings, builds the
- * three parts (the upgrade, the socket I/O, the HTTP routes) over one HTTP server, beats this
+ * three parts (the upgrade, the socket I/O, the HTTP routes) over one HTTP server, hands what
+ * services send to the part that holds its connection (`Outbound.ts`), beats this
  * edge's heartbeat, and shuts them down in order.
  */
 import type { AuthClient } from "@switchboard/auth"
@@ -22,6 +23,7 @@ import * as EdgeConfig from "./Config.ts"
 import * as HttpRoutes from "./HttpRoutes.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import * as OriginPolicy from "./OriginPolicy.ts"
+import * as Outbound from "./Outbound.ts"
 import { type HttpRouteTable, type RouteTable, standard, standardHttp } from "./Routes.ts"
 import * as Sockets from "./Sockets.ts"
 import { Turn } from "./Turn.ts"
@@ -120,9 +122,10 @@ const make = (options: EdgeOptions) =>
       burst: config.burst,
       openTimeout: config.openTimeout,
       closeGrace: config.grace,
-      pingInterval: config.pingInterval,
-      deliverHttp: http.deliver
+      pingInterval: config.pingInterval
     })
+
+    yield* Outbound.subscribe({ edgeId, sockets: sockets.outbound, http: http.deliver, logCaught: boundary.logCaught })
 
     // Core NATS keeps nothing for a subscriber that is away: what services sent to this edge's
     // sockets while its connection was lost is gone. Closing them tells each client to reconnect

@@ -43,11 +43,6 @@ export interface SocketsOptions {
   /** How long a peer has to answer the edge's close before it is terminated. */
   readonly closeGrace: Duration.DurationInput
   readonly pingInterval: Duration.DurationInput
-  /**
-   * Where a delivery goes whose connection has no socket here but which carries `sb-http`: a
-   * Streamable HTTP exchange of this edge.
-   */
-  readonly deliverHttp?: ((m: Bus.BusMessage) => void) | undefined
 }
 
 export interface Sockets {
@@ -60,6 +55,11 @@ export interface Sockets {
     route: Route,
     claims: Auth.Claims | undefined
   ) => void
+  /**
+   * Takes a message from this edge's outbound subject (see `Outbound.ts`): a delivery, a close, a
+   * hold or a release. False for a delivery to one connection that has no socket here.
+   */
+  readonly outbound: (m: Bus.BusMessage) => boolean
   /** Sockets open now (the heartbeat's count). */
   readonly size: () => number
   /**
@@ -132,12 +132,12 @@ export const fitCloseReason = (reason: string) => {
 
 const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })
 
-/** The socket I/O, subscribed to this edge's outbound subject and pinging its sockets until the scope closes. */
+/** The socket I/O, pinging its sockets until the scope closes; `Outbound.ts` hands it what services send them. */
 export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusError, Bus.Bus | Telemetry.Tracing | Scope.Scope> =>
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
     const { tracer } = yield* Telemetry.Tracing
-    const { edgeId, metrics, turn, limitOf, deliverHttp } = options
+    const { edgeId, metrics, turn, limitOf } = options
     const { runFork, logCaught } = options.boundary
     const hwm = options.outboundHighWaterMark
     const grace = Duration.toMillis(options.closeGrace)
@@ -180,38 +180,20 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       s.ws.send(data, { binary: false })
     }
 
-    const deliverSpan = (traceparent: string | undefined, conns: string): Span | undefined =>
-      Option.isNone(tracer) || traceparent === undefined
-        ? undefined
-        : Telemetry.startSpan(tracer.value, "edge.deliver", traceparent, {
-          kind: SpanKind.PRODUCER,
-          attributes: { "sb.conn": conns, "sb.edge": edgeId }
-        }).span
-
-    const onOutbound = (m: Bus.BusMessage) => {
-      try {
-        deliverOutbound(m)
-      } catch (cause) {
-        logCaught("edge: outbound message handler threw", cause, { subject: m.subject, op: m.header(Subjects.Header.op) ?? "" })
-      }
-    }
-
-    const deliverOutbound = (m: Bus.BusMessage) => {
+    const outbound = (m: Bus.BusMessage): boolean => {
       const op = m.header(Subjects.Header.op)
       if (op === "deliver") {
         const one = m.header(Subjects.Header.conn)
-        const span = deliverSpan(m.header(Subjects.Header.traceparent), one ?? m.header(Subjects.Header.conns) ?? "")
         if (one !== undefined) {
           const s = sockets.get(Subjects.ConnId(one))
-          if (s) send(s, m.data)
-          else if (deliverHttp !== undefined && m.header(Subjects.Header.http) !== undefined) deliverHttp(m)
+          if (s === undefined) return false
+          send(s, m.data)
         } else {
           for (const id of (m.header(Subjects.Header.conns) ?? "").split(",")) {
             const s = sockets.get(Subjects.ConnId(id))
             if (s) send(s, m.data)
           }
         }
-        span?.end()
       } else if (op === "close") {
         const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
         if (s) closeSocket(s, Number(m.header(Subjects.Header.code) ?? CloseCode.Normal), m.header(Subjects.Header.reason) ?? "")
@@ -223,6 +205,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         const s = held.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
         if (s !== undefined && s.held === m.header(Subjects.Header.handoff)) release(s)
       }
+      return true
     }
 
     // --- hand-off: a connection's actor moves to another replica ------------------------------
@@ -503,8 +486,6 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       )
     })
 
-    yield* bus.subscribe(Subjects.edgeOut(edgeId), onOutbound)
-
     // A socket that has not answered the last ping by the next is gone, whatever TCP thinks.
     const ping = setInterval(() => {
       for (const s of sockets.values()) {
@@ -522,5 +503,5 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     }, Duration.toMillis(options.pingInterval))
     yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(ping)))
 
-    return { open, size: () => sockets.size, closeAll } satisfies Sockets
+    return { open, outbound, size: () => sockets.size, closeAll } satisfies Sockets
   })

@@ -1,15 +1,14 @@
 /**
- * Streamable HTTP (MCP 2025-03-26 and later) at the hub's path: the same registry session a
- * WebSocket `/hub` gets, over plain HTTP. The edge checks each request (Origin, token, headers,
- * size), opens the session's actor on `initialize` as it opens a socket's, forwards each message
- * over the bus, and holds the response until the actor's deliveries come back: JSON for a lone
- * answer, SSE once a notification comes first. A session id is its actor's connection id, so any
- * edge serves any session; only exchanges in flight live here.
+ * Streamable HTTP's sessions (MCP 2025-03-26 to 2025-11-25) at the hub's path: the same registry
+ * session a WebSocket `/hub` gets, over plain HTTP. `initialize` opens the session's actor as a
+ * socket's is opened, each message goes to it over the bus, and its answers come back to an
+ * exchange (`HttpExchanges`). A session id is its actor's connection id, so any edge serves any
+ * session. The checks every request passes are `HttpChecks`; the OAuth document, `ResourceMetadata`.
  */
 import { AuthClient } from "@switchboard/auth"
 import * as AuthConfig from "@switchboard/auth/Config"
 import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
-import { type Auth, Edge as EdgeProtocol, Json, JsonRpc, Registry } from "@switchboard/protocol"
+import { type Auth, Edge as EdgeProtocol, JsonRpc } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -17,15 +16,17 @@ import * as Option from "effect/Option"
 import type * as ConfigError from "effect/ConfigError"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import * as Http from "node:http"
+import type * as Http from "node:http"
 import * as EdgeConfig from "./Config.ts"
+import * as Checks from "./HttpChecks.ts"
+import { fail, refuse } from "./HttpChecks.ts"
+import * as HttpExchanges from "./HttpExchanges.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
-import { type OriginPolicy, quoted } from "./OriginPolicy.ts"
-import { headerToken, loggable, tokenTooLong } from "./Requests.ts"
+import type { OriginPolicy } from "./OriginPolicy.ts"
+import { loggable } from "./Requests.ts"
+import * as ResourceMetadata from "./ResourceMetadata.ts"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import { Telemetry } from "@switchboard/telemetry"
-
-export const METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 export interface StreamableHttpShape {
   /** Whether a plain HTTP request at this path is answered here. */
@@ -60,84 +61,7 @@ export interface StreamableHttpOptions {
 
 const HTTP_SPAN = { "sb.transport": "http" } as const
 
-/**
- * A response and what waits in it for its client. A client that stops reading would have the edge
- * hold all that is written to it, so each is watched: a write that would take what waits over
- * EDGE_OUTBOUND_HWM cuts it, and so do bytes that have not moved for EDGE_HTTP_WRITE_STALL. Node
- * tells nothing of a write in progress, only of writes done: what has left is the bytes written
- * (`queued`) less what still waits.
- */
-interface Outbound {
-  /** Its key in `exchanges` while it is open. */
-  readonly n: number
-  readonly res: Http.ServerResponse
-  readonly session: Subjects.ConnId
-  readonly user: string
-  queued: number
-  /** What had left at the last look that saw it move, and when; undefined while nothing waits. */
-  left: number
-  movedAt: number | undefined
-}
-
-/** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
-interface Pending extends Outbound {
-  readonly kind: "post"
-  readonly id: JsonRpc.Id
-  readonly timer: ReturnType<typeof setTimeout>
-  sse: boolean
-}
-
-/**
- * A GET stream: the session's own messages (`list_changed`), with event ids. Its 200 waits for the
- * session's actor to acknowledge it, so that nothing pushed after the client has its answer is lost.
- */
-interface Stream extends Outbound {
-  readonly kind: "stream"
-  /** Until the acknowledgement; a 504 when it does not come. */
-  timer: ReturnType<typeof setTimeout> | undefined
-  /**
-   * The client takes an event with an id and empty data (MCP 2025-11-25 on), so the stream opens
-   * with one: a client cut before the first event then resumes from it, missing nothing.
-   */
-  readonly primes: boolean
-}
-
 const SESSION = "mcp-session-id"
-const isVersion = (v: string): boolean => (Registry.HttpProtocolVersions as ReadonlyArray<string>).includes(v)
-
-/** Whether an Accept header admits `type` (exactly, as `major/*`, or as `*\/*`). */
-export const accepts = (accept: string | undefined, type: string): boolean => {
-  if (accept === undefined) return false
-  // A client sends the same header with every request: the answer is worked out once (for
-  // headers of a sane length; any peer can send any header).
-  if (accept.length > 256) return admits(accept, type)
-  const key = `${type} ${accept}`
-  const known = acceptsSeen.get(key)
-  if (known !== undefined) return known
-  const answer = admits(accept, type)
-  if (acceptsSeen.size >= 1024) acceptsSeen.clear()
-  acceptsSeen.set(key, answer)
-  return answer
-}
-const acceptsSeen = new Map<string, boolean>()
-
-const admits = (accept: string, type: string): boolean => {
-  const major = `${type.slice(0, type.indexOf("/"))}/*`
-  return accept.split(",").some((part) => {
-    const essence = part.split(";")[0]!.trim().toLowerCase()
-    return essence === type || essence === major || essence === "*/*"
-  })
-}
-
-const essenceOf = (contentType: string | undefined) => (contentType ?? "").split(";")[0]!.trim().toLowerCase()
-
-/** One SSE event; a line break inside `data` would end the field, so each line gets its own. */
-const sseEvent = (data: string, id: string | undefined) =>
-  `${id === undefined ? "" : `id: ${id}\n`}data: ${data.includes("\n") ? data.split(/\r?\n/).join("\ndata: ") : data}\n\n`
-
-const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive" } as const
-
-const failureBody = (code: number, message: string, id: JsonRpc.Id | null = null) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
 
 export const make = (
   options: StreamableHttpOptions
@@ -150,150 +74,25 @@ export const make = (
     const config = {
       maxBody: yield* EdgeConfig.httpMaxBody,
       keepAlive: yield* EdgeConfig.httpKeepAlive,
-      responseTimeout: Duration.toMillis(yield* EdgeConfig.httpResponseTimeout),
-      sessionCache: Duration.toMillis(yield* EdgeConfig.httpSessionCache),
-      hwm: yield* EdgeConfig.outboundHighWaterMark,
-      writeStall: yield* EdgeConfig.httpWriteStall,
-      issuer: yield* AuthConfig.issuer
+      sessionCache: Duration.toMillis(yield* EdgeConfig.httpSessionCache)
     }
     const { edgeId, runFork } = options
-    const exchanges = new Map<number, Pending | Stream>()
-    /** Responses ended with bytes still waiting: watched until they leave. */
-    const draining = new Set<Pending | Stream>()
-    let nextExchange = 0
+    const metadata = ResourceMetadata.make({ policy: options.policy, resource: options.path, issuer: yield* AuthConfig.issuer })
+    const exchanges = yield* HttpExchanges.make({ edgeId, metrics: options.metrics, runFork, logCaught: options.logCaught })
     /** Sessions found in KV, with their user, trusted for a moment; and sessions deleted here, never trusted again. */
     const known = new Map<Subjects.ConnId, { readonly user: string | undefined; readonly until: number }>()
     const gone = new Map<Subjects.ConnId, number>()
 
-    // Idle SSE streams get a comment now and then, or a proxy in between may cut them.
-    const keepAlive = setInterval(() => {
+    const forget = setInterval(() => {
       const now = Date.now()
-      // A GET stream its session has not acknowledged has no headers yet: a write would send a bare 200.
-      for (const ex of exchanges.values()) if (ex.kind === "stream" ? ex.timer === undefined : ex.sse) write(ex, ": keep-alive\n\n")
       for (const [id, entry] of known) if (entry.until <= now) known.delete(id)
       for (const [id, until] of gone) if (until <= now) gone.delete(id)
     }, Duration.toMillis(config.keepAlive))
-    keepAlive.unref()
-    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(keepAlive)))
-
-    // --- what waits for clients ---------------------------------------------------------------
-
-    const stallMillis = Duration.toMillis(config.writeStall)
-    const stallText = Duration.format(config.writeStall)
-
-    /** Writes to an open response; false when the write would take what waits over the bound, and the response was cut instead. */
-    const write = (ex: Pending | Stream, chunk: string): boolean => {
-      const res = ex.res
-      if (res.destroyed) return false
-      const bytes = Buffer.byteLength(chunk)
-      const waiting = res.writableLength
-      // A message larger than the bound still goes to a client that has taken all before it: what
-      // waits is then that one message, which the frame limits bound.
-      if (waiting > 0 && waiting + bytes > config.hwm) {
-        cut(ex, "buffer", waiting)
-        return false
-      }
-      ex.queued += bytes
-      res.write(chunk)
-      return true
-    }
-
-    /** A response has its last bytes; until they leave, it is watched for a stall. */
-    const ended = (ex: Pending | Stream) => {
-      if (ex.res.writableLength > 0 && !ex.res.destroyed) draining.add(ex)
-    }
-
-    /**
-     * Cuts a response whose client stopped reading. A POST's request is cancelled towards its
-     * session as if the client had sent `notifications/cancelled`: the answer can no longer reach
-     * anyone, and the tab should stop working on it (and stop sending what would be dropped).
-     */
-    const cut = (ex: Pending | Stream, why: "buffer" | "stall", waiting: number) => {
-      const open = exchanges.get(ex.n) === ex
-      exchanges.delete(ex.n)
-      draining.delete(ex)
-      clearTimeout(ex.timer)
-      const reason = why === "buffer"
-        ? `slow consumer: more than ${config.hwm} bytes waiting (EDGE_OUTBOUND_HWM)`
-        : `stalled: ${waiting} bytes waiting, unmoved for ${stallText} (EDGE_HTTP_WRITE_STALL)`
-      options.metrics.httpCut(why)
-      runFork(
-        Effect.logWarning(`edge: cut a Streamable HTTP ${ex.kind === "post" ? "response" : "GET stream"}: ${reason}`).pipe(
-          Effect.annotateLogs({ session: ex.session, user: ex.user, ...(ex.kind === "post" ? { request: String(ex.id), answered: String(!open) } : {}) })
-        )
-      )
-      ex.res.destroy()
-      if (!open) return
-      const subject = Subjects.conn(options.service, ex.session)
-      try {
-        if (ex.kind === "post") {
-          const cancel = JsonRpc.encode({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: ex.id, reason } })
-          bus.unsafePublish(subject, cancel, frameHeaders(ex.session, ex.user, {}))
-        } else {
-          // The session's next GET stream (a resume with Last-Event-ID) takes over.
-          bus.unsafePublish(subject, "", frameHeaders(ex.session, ex.user, { [Subjects.Header.http]: String(ex.n), [Subjects.Header.httpOp]: "stream-closed" }))
-        }
-      } catch {
-        // The bus is gone (shutting down): there is no session left to tell.
-      }
-    }
-
-    /** Whether what waits in `ex` has moved since the last look; a response stuck for the stall is cut. */
-    const look = (ex: Pending | Stream, now: number) => {
-      const waiting = ex.res.writableLength
-      if (waiting === 0) return void (ex.movedAt = undefined)
-      const left = ex.queued - waiting
-      if (ex.movedAt === undefined || left > ex.left) {
-        ex.left = left
-        ex.movedAt = now
-      } else if (now - ex.movedAt >= stallMillis) cut(ex, "stall", waiting)
-    }
-
-    const watch = setInterval(() => {
-      try {
-        const now = Date.now()
-        for (const ex of exchanges.values()) if (!ex.res.destroyed) look(ex, now)
-        for (const ex of draining) {
-          if (ex.res.destroyed || ex.res.writableFinished) draining.delete(ex)
-          else look(ex, now)
-        }
-      } catch (cause) {
-        options.logCaught("edge: watching Streamable HTTP responses failed", cause, {})
-      }
-    }, Math.min(1000, Math.max(50, stallMillis / 4)))
-    watch.unref()
-    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(watch)))
-
-    /** From EDGE_PUBLIC_URL, or a Host checked to be one: a client's Host goes into a header and a document. */
-    const baseUrl = (req: Http.IncomingMessage) => options.policy.baseUrl(req.headers.host)
-
-    const metadata = (req: Http.IncomingMessage) => ({
-      resource: `${baseUrl(req)}${options.path}`,
-      ...(Option.isSome(config.issuer) ? { authorization_servers: [config.issuer.value] } : {}),
-      bearer_methods_supported: ["header"]
-    })
-
-    /** Every answer of this module but a success: a JSON-RPC error body, as the SDK's own server sends. */
-    const fail = (res: Http.ServerResponse, status: number, code: number, message: string, headers: Readonly<Record<string, string>> = {}) => {
-      if (res.headersSent) return void res.destroy()
-      const body = failureBody(code, message)
-      res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) })
-      res.end(body)
-    }
-
-    /**
-     * A refusal whose status says what is wrong: the message opens with the status's reason phrase
-     * (Node's own `STATUS_CODES`), then says why, if there is more to say.
-     */
-    const refuse = (res: Http.ServerResponse, status: number, why?: string, headers?: Readonly<Record<string, string>>) => {
-      const phrase = Http.STATUS_CODES[status] ?? `HTTP ${status}`
-      fail(res, status, JsonRpc.ErrorCode.ServerError, why === undefined ? phrase : `${phrase}: ${why}`, headers)
-    }
+    forget.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(forget)))
 
     const unauthorized = (req: Http.IncomingMessage, res: Http.ServerResponse, why: string, invalid: boolean) =>
-      refuse(res, 401, why, {
-        "www-authenticate": `Bearer${invalid ? ` error="invalid_token",` : ""} resource_metadata=${quoted(`${baseUrl(req)}${METADATA_PATH}`)}`
-      })
+      Checks.unauthorized(res, metadata.url(req), why, invalid)
 
     // --- sessions ----------------------------------------------------------------------------
 
@@ -340,6 +139,27 @@ export const make = (
       })
     }
 
+    /**
+     * A request's exchange was cut because its client stopped reading: the request is cancelled
+     * towards its session as if the client had sent `notifications/cancelled`; the answer can no
+     * longer reach anyone, and the tab should stop working on it (and stop sending what would be
+     * dropped). A GET stream's session hears that it closed: its next (a resume) takes over.
+     */
+    const cancelled = (session: Subjects.ConnId, user: string, id: JsonRpc.Id) => (_exchange: HttpExchanges.ExchangeId, reason: string) => {
+      const cancel = JsonRpc.encode({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: id, reason } })
+      publish(Subjects.conn(options.service, session), cancel, frameHeaders(session, user, {}))
+    }
+    const streamClosed = (session: Subjects.ConnId, user: string) => (exchange: HttpExchanges.ExchangeId) =>
+      publish(Subjects.conn(options.service, session), "", frameHeaders(session, user, { [Subjects.Header.http]: String(exchange), [Subjects.Header.httpOp]: "stream-closed" }))
+
+    const publish = (subject: string, data: string, headers: Bus.Headers) => {
+      try {
+        bus.unsafePublish(subject, data, headers)
+      } catch {
+        // The bus is gone (shutting down): there is no session left to tell.
+      }
+    }
+
     /** Hands one message to the session's actor; a request's response waits in `exchanges` for the answer. */
     const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
       options.countFrame()
@@ -351,36 +171,20 @@ export const make = (
         res.writeHead(202).end()
         return
       }
-      const n = ++nextExchange
-      const timer = setTimeout(() => timedOut(n), config.responseTimeout)
-      const pending: Pending = { kind: "post", n, res, session, user, id, timer, sse: false, queued: 0, left: 0, movedAt: undefined }
-      exchanges.set(n, pending)
-      // The client went away; its answer, when it comes, has nowhere to go. Not a cancellation:
-      // "Disconnection SHOULD NOT be interpreted as the client cancelling its request" (MCP
-      // 2025-11-25, Streamable HTTP). Only a response the edge cuts (`cut`) cancels its request.
-      res.once("close", () => {
-        if (exchanges.get(n) === pending) exchanges.delete(n)
-        clearTimeout(timer)
+      // A client that goes away is not heard: "Disconnection SHOULD NOT be interpreted as the
+      // client cancelling its request" (MCP 2025-11-25, Streamable HTTP). Only a response the edge
+      // cuts cancels its request.
+      const n = exchanges.post({
+        res,
+        key: session,
+        user,
+        id,
+        headers: { [SESSION]: session },
+        about: { session, request: String(id) },
+        onCut: cancelled(session, user, id)
       })
       bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { ...trace, [Subjects.Header.http]: String(n) }))
       traced?.span.end()
-    }
-
-    const timedOut = (n: number) => {
-      const ex = exchanges.get(n)
-      if (ex === undefined) return
-      if (ex.kind === "stream") {
-        // Its actor never took it: the client may try again, and the actor forgets it if it ever does.
-        if (!ex.res.destroyed) fail(ex.res, 504, JsonRpc.ErrorCode.InternalError, "the session did not open the stream in time")
-        return
-      }
-      exchanges.delete(n)
-      if (ex.sse) {
-        ex.res.end()
-        return ended(ex)
-      }
-      const body = failureBody(JsonRpc.ErrorCode.InternalError, "the session did not answer in time", ex.id)
-      ex.res.writeHead(504, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
     }
 
     /** `initialize` without a session: the session's actor is opened as a socket's is, then takes the request. */
@@ -421,32 +225,11 @@ export const make = (
     // --- methods -----------------------------------------------------------------------------
 
     const post = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
-      if (!accepts(req.headers.accept, "application/json") || !accepts(req.headers.accept, "text/event-stream")) {
-        return refuse(res, 406, "a POST must accept both application/json and text/event-stream")
-      }
-      if (essenceOf(req.headers["content-type"]) !== "application/json") {
-        return refuse(res, 415, "the body must be application/json")
-      }
-      const tooLarge = () =>
-        refuse(res, 413, `a message may have at most ${config.maxBody} bytes`, { connection: "close" })
-      const declared = Number(req.headers["content-length"] ?? 0)
-      if (declared > config.maxBody) return tooLarge()
-      const chunks: Array<Buffer> = []
-      let size = 0
-      let over = false
-      req.on("data", (chunk: Buffer) => {
-        if (over) return
-        size += chunk.byteLength
-        if (size > config.maxBody) {
-          over = true
-          chunks.length = 0
-          tooLarge()
-        } else chunks.push(chunk)
-      })
-      req.on("end", () => {
-        if (over) return
+      const refused = Checks.checkPost(req)
+      if (refused !== undefined) return refuse(res, refused)
+      Checks.readBody(req, res, config.maxBody, (body) => {
         try {
-          received(req, res, claims, Buffer.concat(chunks))
+          received(req, res, claims, body)
         } catch (cause) {
           options.logCaught("edge: a Streamable HTTP request failed", cause, { method: "POST", url: loggable(req.url) })
           fail(res, 500, JsonRpc.ErrorCode.InternalError, "internal error")
@@ -455,18 +238,13 @@ export const make = (
     }
 
     const received = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims, body: Buffer) => {
-      const parsed = Json.parse(body.toString("utf8"))
-      if (Either.isLeft(parsed)) return fail(res, 400, JsonRpc.ErrorCode.ParseError, `Parse error: ${parsed.left}`)
-      const message = parsed.right
-      if (Array.isArray(message)) return fail(res, 400, JsonRpc.ErrorCode.InvalidRequest, "Invalid Request: batches are not supported; send one message per POST")
-      if (!JsonRpc.isRecord(message)) return fail(res, 400, JsonRpc.ErrorCode.InvalidRequest, "Invalid Request: expected a JSON-RPC message object")
-      const rawId = message["id"]
-      // Requests wait for their answer; notifications and responses are accepted at once.
-      const id = typeof message["method"] === "string" && (typeof rawId === "string" || typeof rawId === "number") ? rawId : undefined
+      const parsed = Checks.parseMessage(body)
+      if (Either.isLeft(parsed)) return fail(res, parsed.left.status, parsed.left.code, parsed.left.message)
+      const { id, method } = parsed.right
       const header = req.headers[SESSION]
       if (typeof header !== "string") {
-        if (id !== undefined && message["method"] === "initialize") return open(req, res, claims, body, id)
-        return refuse(res, 400, "Mcp-Session-Id header is required (send initialize first)")
+        if (id !== undefined && method === "initialize") return open(req, res, claims, body, id)
+        return refuse(res, { status: 400, why: "Mcp-Session-Id header is required (send initialize first)" })
       }
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
@@ -475,46 +253,39 @@ export const make = (
     }
 
     const get = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
-      if (!accepts(req.headers.accept, "text/event-stream")) {
-        return refuse(res, 406, "a GET must accept text/event-stream")
-      }
+      const refused = Checks.checkGet(req)
+      if (refused !== undefined) return refuse(res, refused)
       const header = req.headers[SESSION]
-      if (typeof header !== "string") return refuse(res, 400, "Mcp-Session-Id header is required")
+      if (typeof header !== "string") return refuse(res, { status: 400, why: "Mcp-Session-Id header is required" })
       const lastEventId = req.headers["last-event-id"]
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
         if (res.destroyed) return
-        const n = ++nextExchange
         const version = req.headers["mcp-protocol-version"]
-        const stream: Stream = {
-          kind: "stream",
-          n,
+        // Its 200 waits for the session's actor to acknowledge it, so that nothing pushed after
+        // the client has its answer is lost.
+        const n = exchanges.stream({
           res,
-          session,
+          key: session,
           user: claims.sub,
-          queued: 0,
-          left: 0,
-          movedAt: undefined,
-          timer: setTimeout(() => timedOut(n), config.responseTimeout),
-          primes: typeof version === "string" && version >= "2025-11-25"
-        }
-        exchanges.set(n, stream)
-        const subject = Subjects.conn(options.service, session)
-        const control = (op: string, extra: Readonly<Record<string, string>> = {}) =>
-          frameHeaders(session, claims.sub, { [Subjects.Header.http]: String(n), [Subjects.Header.httpOp]: op, ...extra })
-        res.once("close", () => {
-          clearTimeout(stream.timer)
-          if (exchanges.get(n) !== stream) return
-          exchanges.delete(n)
-          bus.unsafePublish(subject, "", control("stream-closed"))
+          headers: { [SESSION]: session },
+          about: { session },
+          primes: typeof version === "string" && version >= "2025-11-25",
+          onCut: streamClosed(session, claims.sub),
+          onClosed: streamClosed(session, claims.sub)
         })
-        bus.unsafePublish(subject, "", control("stream", typeof lastEventId === "string" ? { [Subjects.Header.lastEventId]: lastEventId } : {}))
+        const extra = typeof lastEventId === "string" ? { [Subjects.Header.lastEventId]: lastEventId } : {}
+        bus.unsafePublish(
+          Subjects.conn(options.service, session),
+          "",
+          frameHeaders(session, claims.sub, { [Subjects.Header.http]: String(n), [Subjects.Header.httpOp]: "stream", ...extra })
+        )
       }, () => fail(res, 503, JsonRpc.ErrorCode.ServerError, "session store unavailable"))
     }
 
     const del = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims) => {
       const header = req.headers[SESSION]
-      if (typeof header !== "string") return refuse(res, 400, "Mcp-Session-Id header is required")
+      if (typeof header !== "string") return refuse(res, { status: 400, why: "Mcp-Session-Id header is required" })
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
         // As a socket's close: the actor ends, and Actors.host removes its record.
@@ -532,26 +303,17 @@ export const make = (
     }
 
     const handle = (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => {
-      if (url.pathname === METADATA_PATH) {
-        if (req.method !== "GET") return refuse(res, 405, undefined, { allow: "GET" })
-        const body = JSON.stringify(metadata(req))
-        return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
-      }
-      // A page may not reach a user's sessions from a foreign origin.
-      const foreign = options.policy.checkOrigin(req.headers.origin)
-      if (foreign !== undefined) return refuse(res, foreign.status, foreign.message)
+      if (url.pathname === metadata.path) return metadata.handle(req, res)
+      const foreign = Checks.checkOrigin(options.policy, req)
+      if (foreign !== undefined) return refuse(res, foreign)
       const method = req.method
       if (method !== "POST" && method !== "GET" && method !== "DELETE") {
-        return refuse(res, 405, undefined, { allow: "GET, POST, DELETE" })
+        return refuse(res, { status: 405, headers: { allow: "GET, POST, DELETE" } })
       }
-      const version = req.headers["mcp-protocol-version"]
-      if (typeof version === "string" && !isVersion(version)) {
-        return refuse(res, 400, `unsupported MCP-Protocol-Version ${version} (supported: ${Registry.HttpProtocolVersions.join(", ")})`)
-      }
-      const token = headerToken(req)
-      if (token === undefined) return unauthorized(req, res, "a bearer token is required (Authorization header)", false)
-      const tooLong = tokenTooLong(token, options.maxTokenBytes)
-      if (tooLong !== undefined) return unauthorized(req, res, `invalid token: ${tooLong}`, true)
+      const badVersion = Checks.checkVersion(req)
+      if (badVersion !== undefined) return refuse(res, badVersion)
+      const bearer = Checks.bearer(req, options.maxTokenBytes)
+      if (bearer._tag === "Refused") return unauthorized(req, res, bearer.why, bearer.invalid)
       const authorized = (claims: Auth.Claims) => {
         if (res.destroyed) return
         try {
@@ -564,10 +326,10 @@ export const make = (
         }
       }
       // A session's client sends its token with every request: one verified moments ago needs no fiber.
-      const known = auth.known(token)
+      const known = auth.known(bearer.token)
       if (known !== undefined) return authorized(known)
       runFork(
-        auth.verify(token).pipe(
+        auth.verify(bearer.token).pipe(
           Effect.match({
             onFailure: (e) =>
               e._tag === "AuthFailed"
@@ -579,73 +341,19 @@ export const make = (
       )
     }
 
-    const deliver = (m: Bus.BusMessage) => {
-      const n = Number(m.header(Subjects.Header.http))
-      const ex = exchanges.get(n)
-      if (ex === undefined) return
-      const end = m.header(Subjects.Header.httpEnd) === "1"
-      const data = m.data
-      if (ex.kind === "stream") {
-        if (ex.timer !== undefined) {
-          clearTimeout(ex.timer)
-          ex.timer = undefined
-          ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
-          const id = m.header(Subjects.Header.eventId)
-          if (ex.primes && id !== undefined) write(ex, `id: ${id}\ndata: \n\n`)
-          else ex.res.flushHeaders()
-        }
-        if (data.byteLength > 0 && !write(ex, sseEvent(Bus.text(m), m.header(Subjects.Header.eventId)))) return
-        if (end) {
-          exchanges.delete(n)
-          ex.res.end()
-          ended(ex)
-        }
-        return
-      }
-      ex.timer.refresh()
-      const traceparent = m.header(Subjects.Header.traceparent)
-      if (end && traceparent !== undefined && Option.isSome(tracer)) {
-        Telemetry.startSpan(tracer.value, "edge.deliver", traceparent, {
-          kind: SpanKind.PRODUCER,
-          attributes: { ...HTTP_SPAN, "sb.conn": ex.session, "sb.edge": edgeId }
-        }).span.end()
-      }
-      if (!ex.sse) {
-        if (end) {
-          exchanges.delete(n)
-          clearTimeout(ex.timer)
-          // A request cancelled by the client ends with nothing to say.
-          if (data.byteLength === 0) return void ex.res.writeHead(202).end()
-          ex.res.writeHead(200, { "content-type": "application/json", "content-length": data.byteLength, [SESSION]: ex.session }).end(data)
-          return ended(ex)
-        }
-        // A notification before the answer: the response becomes a stream (the POST accepted one).
-        ex.sse = true
-        ex.res.writeHead(200, { ...SSE_HEADERS, [SESSION]: ex.session })
-      }
-      if (data.byteLength > 0 && !write(ex, sseEvent(Bus.text(m), undefined))) return
-      if (end) {
-        exchanges.delete(n)
-        clearTimeout(ex.timer)
-        ex.res.end()
-        ended(ex)
-      }
-    }
-
-    const endStreams = () => {
-      let ended = 0
-      for (const ex of exchanges.values()) {
-        if (ex.kind !== "stream") continue
-        ex.res.end()
-        ended++
-      }
-      return ended
-    }
+    /** A delivery names its exchange in `sb-http`; what else it says is the exchange's. */
+    const deliver = (m: Bus.BusMessage) =>
+      exchanges.deliver(Number(m.header(Subjects.Header.http)), {
+        data: m.data,
+        end: m.header(Subjects.Header.httpEnd) === "1",
+        eventId: m.header(Subjects.Header.eventId),
+        traceparent: m.header(Subjects.Header.traceparent)
+      })
 
     return {
-      serves: (path) => path === options.path || path === METADATA_PATH,
+      serves: (path) => path === options.path || path === metadata.path,
       handle,
       deliver,
-      endStreams
+      endStreams: exchanges.endStreams
     } satisfies StreamableHttpShape
   })

@@ -17,6 +17,7 @@ import { WebSocketServer } from "ws"
 import * as Boundary from "../src/Boundary.ts"
 import { EdgeMetrics } from "../src/Metrics.ts"
 import type { Route } from "../src/Routes.ts"
+import * as Outbound from "../src/Outbound.ts"
 import * as Sockets from "../src/Sockets.ts"
 import { Turn } from "../src/Turn.ts"
 import { closedWith, connect, eventually } from "./support.ts"
@@ -72,6 +73,7 @@ const setup = (options: { readonly refuse?: Host.OpenRefused; readonly gate?: De
       closeGrace: "1 second",
       pingInterval: "30 seconds"
     }).pipe(Effect.provideService(Bus.Bus, bus))
+    yield* Outbound.subscribe({ edgeId, sockets: sockets.outbound, http: undefined, logCaught: () => {} }).pipe(Effect.provideService(Bus.Bus, bus))
     const wss = yield* Effect.acquireRelease(
       Effect.async<WebSocketServer>((resume) => {
         const wss: WebSocketServer = new WebSocketServer({ port: 0, host: "127.0.0.1" }, () => resume(Effect.succeed(wss)))
