@@ -124,6 +124,34 @@ describe("/hub, MCP 2026-07-28", () => {
       expect(call.json()).toMatchObject({ id: 2, result: { resultType: "complete", content: [{ type: "text", text: "shop:getCart:x" }], _meta: { [Modern.Meta.serverInfo]: Modern.ServerInfo } } })
     }))
 
+  it.scopedLive("a subscriptions/listen stream is acknowledged first, then hears every change of the user's tools, and no one else's", () =>
+    Effect.gen(function*() {
+      const base = yield* start()
+      const ws = base.replace("http", "ws")
+      const alice = yield* modernHub(base, "alice")
+      const subscription = yield* Effect.promise(() => alice.client.listen({ toolsListChanged: true, promptsListChanged: true }))
+      // Only what the hub can honor.
+      expect(subscription.honoredFilter).toEqual({ toolsListChanged: true })
+      // Bob's tab tells Alice nothing; hers does, with no tools/list in between.
+      const bob = yield* modernHub(base, "bob")
+      const bobs = yield* Effect.promise(() => bob.client.listen({ toolsListChanged: true }))
+      yield* tab(ws, page("bob", ["x"]), { user: "bob", tabId: 1, url: "https://b.example.com/" })
+      yield* Queue.take(bob.changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      expect(yield* Queue.size(alice.changes)).toBe(0)
+      yield* Effect.promise(() => bobs.close())
+      yield* tab(ws, page("shop", ["getCart"]), { user: "alice", tabId: 2, url: "https://shop.example.com/" })
+      yield* Queue.take(alice.changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      expect((yield* modernToolsUntil(alice.client, (n) => n.length === 1)).map((t) => t.name)).toEqual(["website_tool_shop_example_com_tab2_getCart"])
+      // A tab that closes is a change too.
+      const closing = yield* tab(ws, page("docs", ["search"]), { user: "alice", tabId: 3, url: "https://docs.example.org/" })
+      yield* Queue.take(alice.changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      yield* Queue.takeAll(alice.changes)
+      closing.socket.terminate()
+      yield* Queue.take(alice.changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      yield* modernToolsUntil(alice.client, (n) => n.length === 1)
+      yield* Effect.promise(() => subscription.close())
+    }))
+
   it.scopedLive("closing a call's stream cancels the call, and the page sees the abort", () =>
     Effect.gen(function*() {
       const base = yield* start()

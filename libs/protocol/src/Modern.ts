@@ -30,7 +30,7 @@ export const ErrorCode = {
 } as const
 
 /** The methods the hub serves in the modern era; any other is 404 with -32601. */
-export const Methods = ["server/discover", "tools/list", "tools/call"] as const
+export const Methods = ["server/discover", "tools/list", "tools/call", "subscriptions/listen"] as const
 export type Method = (typeof Methods)[number]
 export const isMethod = (m: string): m is Method => (Methods as ReadonlyArray<string>).includes(m)
 

@@ -4,6 +4,7 @@
  * socket's is opened, each message goes to it over the bus, and its answers come back to an
  * exchange (`HttpExchanges`). A session id is its actor's connection id, so any edge serves any
  * session. The checks every request passes are `HttpChecks`; the OAuth document, `ResourceMetadata`.
+ * A POST of the modern era (MCP 2026-07-28, no session) goes to `ModernHttp` instead.
  */
 import { AuthClient } from "@switchboard/auth"
 import * as AuthConfig from "@switchboard/auth/Config"
@@ -21,6 +22,8 @@ import * as EdgeConfig from "./Config.ts"
 import * as Checks from "./HttpChecks.ts"
 import { fail, refuse } from "./HttpChecks.ts"
 import * as HttpExchanges from "./HttpExchanges.ts"
+import * as ModernHttp from "./ModernHttp.ts"
+import * as ModernRequest from "./ModernRequest.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 import type { OriginPolicy } from "./OriginPolicy.ts"
 import { loggable } from "./Requests.ts"
@@ -79,6 +82,7 @@ export const make = (
     const { edgeId, runFork } = options
     const metadata = ResourceMetadata.make({ policy: options.policy, resource: options.path, issuer: yield* AuthConfig.issuer })
     const exchanges = yield* HttpExchanges.make({ edgeId, metrics: options.metrics, runFork, logCaught: options.logCaught })
+    const modern = ModernHttp.make({ edgeId, path: options.path, bus, exchanges, tracer, runFork, countFrame: options.countFrame })
     /** Sessions found in KV, with their user, trusted for a moment; and sessions deleted here, never trusted again. */
     const known = new Map<Subjects.ConnId, { readonly user: string | undefined; readonly until: number }>()
     const gone = new Map<Subjects.ConnId, number>()
@@ -240,7 +244,10 @@ export const make = (
     const received = (req: Http.IncomingMessage, res: Http.ServerResponse, claims: Auth.Claims, body: Buffer) => {
       const parsed = Checks.parseMessage(body)
       if (Either.isLeft(parsed)) return fail(res, parsed.left.status, parsed.left.code, parsed.left.message)
-      const { id, method } = parsed.right
+      const { id, message, method } = parsed.right
+      if (ModernRequest.isModern(req.headers, message)) return modern.handle(req, res, claims, message, body)
+      const badVersion = Checks.checkVersion(req)
+      if (badVersion !== undefined) return refuse(res, badVersion)
       const header = req.headers[SESSION]
       if (typeof header !== "string") {
         if (id !== undefined && method === "initialize") return open(req, res, claims, body, id)
@@ -310,7 +317,8 @@ export const make = (
       if (method !== "POST" && method !== "GET" && method !== "DELETE") {
         return refuse(res, { status: 405, headers: { allow: "GET, POST, DELETE" } })
       }
-      const badVersion = Checks.checkVersion(req)
+      // A POST's version is checked once its era is known: a modern one says what is wrong in its own terms.
+      const badVersion = method === "POST" ? undefined : Checks.checkVersion(req)
       if (badVersion !== undefined) return refuse(res, badVersion)
       const bearer = Checks.bearer(req, options.maxTokenBytes)
       if (bearer._tag === "Refused") return unauthorized(req, res, bearer.why, bearer.invalid)
@@ -354,6 +362,7 @@ export const make = (
       serves: (path) => path === options.path || path === metadata.path,
       handle,
       deliver,
-      endStreams: exchanges.endStreams
+      // Listen streams first: each ends with its request's result, which a plain end would skip.
+      endStreams: () => modern.endStreams() + exchanges.endStreams()
     } satisfies StreamableHttpShape
   })

@@ -4,7 +4,7 @@ import * as ModernRequest from "../src/ModernRequest.ts"
 
 const V = "2026-07-28"
 const meta = (extra: Record<string, unknown> = {}) => ({ [Modern.Meta.protocolVersion]: V, [Modern.Meta.clientCapabilities]: {}, ...extra })
-const call = (name: string, m = meta()) => ({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name, arguments: {}, _meta: m } })
+const call = (name: string, m: Record<string, unknown> = meta()) => ({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name, arguments: {}, _meta: m } })
 const headers = (extra: Record<string, string> = {}) => ({ "mcp-protocol-version": V, "mcp-method": "tools/call", "mcp-name": "a_b", ...extra })
 
 describe("ModernRequest", () => {
@@ -29,7 +29,7 @@ describe("ModernRequest", () => {
   it("refuses with the specification's codes and statuses", () => {
     const refusal = (h: Record<string, string>, body: Record<string, unknown>) => {
       const verdict = ModernRequest.check(h, body)
-      return verdict.kind === "refused" ? [verdict.status, verdict.code, verdict.message] : verdict
+      return verdict.kind === "refused" ? [verdict.status, verdict.code, verdict.message] : [0, 0, verdict.kind]
     }
     const { "mcp-protocol-version": _, ...noVersion } = headers()
     expect(refusal(noVersion, call("a_b"))).toEqual([400, -32020, "Header mismatch: the MCP-Protocol-Version header is required"])
