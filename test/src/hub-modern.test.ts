@@ -12,11 +12,14 @@ import { Edge } from "@switchboard/edge"
 import { Modern } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
+import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
+import * as Processes from "./support/Processes.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { page, progressPage, tab, textOf } from "./support/Tabs.ts"
 
@@ -230,4 +233,58 @@ describe("/hub, MCP 2026-07-28", () => {
       ], { concurrency: 2 })
       expect([textOf(a), textOf(b)]).toEqual(["shop:getCart:v1", "shop:getCart:v2"])
     }))
+})
+
+describe("/hub, MCP 2026-07-28, across processes (NATS, two edges, two registry replicas)", () => {
+  const deploy = Effect.gen(function*() {
+    const { url } = yield* NatsServer
+    const { edges: [a, b] } = yield* Processes.deployment(url, { edges: 2, registry: true, registries: 2 })
+    if (a === undefined || b === undefined) return yield* Effect.dieMessage("the deployment has fewer than two edges")
+    return { a, b }
+  })
+  /** Each test gets a NATS of its own, and its processes stop before their NATS does. */
+  const withNats = <A, E>(test: Effect.Effect<A, E, NatsServer | Scope.Scope>) => Effect.scoped(test).pipe(Effect.provide(NatsServer.layer))
+
+  it.live("a client on edge A lists and calls tabs on edge B with progress, hears list_changed on its listen stream when a tab registers through B, and cancels by closing a call's stream", () =>
+    Effect.gen(function*() {
+      const { a, b } = yield* deploy
+      const started = yield* Deferred.make<void>()
+      const aborted = yield* Deferred.make<string>()
+      const server = progressPage((steps, extra) =>
+        steps < 100 ? Promise.resolve() : new Promise<void>((resolve) => {
+          Deferred.unsafeDone(started, Effect.void)
+          extra.signal.addEventListener("abort", () => {
+            Deferred.unsafeDone(aborted, Effect.succeed(String(extra.signal.reason)))
+            resolve()
+          })
+        })
+      )
+      yield* tab(b.ws, server, { user: "alice", tabId: 1, url: "https://work.example.com/" })
+      const { changes, client } = yield* modernHub(a.url, "alice")
+      expect(client.getProtocolEra()).toBe("modern")
+      yield* modernToolsUntil(client, (n) => n.length === 1)
+      // Several calls: the queue group gives each to either replica, and each answers on edge A's exchange.
+      for (let i = 0; i < 4; i++) {
+        const progress: Array<number> = []
+        const done = yield* Effect.promise(() =>
+          client.callTool({ name: "website_tool_work_example_com_tab1_long", arguments: { steps: 2 } }, { onprogress: (p) => void progress.push(p.progress) })
+        )
+        expect([textOf(done), progress]).toEqual(["done 2", [1, 2]])
+      }
+
+      yield* Effect.promise(() => client.listen({ toolsListChanged: true }))
+      yield* tab(b.ws, page("docs", ["search"]), { user: "alice", tabId: 9, url: "https://docs.example.org/" })
+      yield* Queue.take(changes).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      yield* modernToolsUntil(client, (n) => n.length === 2)
+
+      const controller = new AbortController()
+      const call = client.callTool({ name: "website_tool_work_example_com_tab1_long", arguments: { steps: 100 } }, { signal: controller.signal }).then(
+        () => "answered",
+        () => "rejected"
+      )
+      yield* Deferred.await(started).pipe(Effect.timeout("20 seconds"), Effect.orDie)
+      controller.abort()
+      expect(yield* Effect.promise(() => call)).toBe("rejected")
+      expect(yield* Deferred.await(aborted).pipe(Effect.timeout("10 seconds"), Effect.orDie)).toContain("closed the request's stream")
+    }).pipe(withNats), 120_000)
 })
