@@ -9,6 +9,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { describe, expect, it } from "@effect/vitest"
 import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base"
 import { Edge } from "@switchboard/edge"
+import { Modern } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Context from "effect/Context"
@@ -93,6 +94,61 @@ describe("registry tracing", () => {
       expect(receive?.attributes).toMatchObject({ "sb.transport": "http", "sb.path": "/hub" })
       expect(receive?.parentSpanContext?.spanId).toBe(hostSpan)
       const reply = trace.find((s) => s.name === "registry.reply")!
+      expect(trace.find((s) => s.name === "edge.deliver" && parentOf(s) === idOf(reply))?.attributes["sb.transport"]).toBe("http")
+    }))
+
+  it.scopedLive("MCP 2026-07-28: a traceparent in the request's _meta roots the trace, from the edge through the registry to the tab and back", () =>
+    Effect.gen(function*() {
+      const exporter = new InMemorySpanExporter()
+      const ctx = yield* Layer.build(stack(busLayer(), { services: Registry.layer, tracing: Telemetry.layerMemory("switchboard", exporter) }))
+      const base = Context.get(ctx, Edge.EdgeServer).url
+      yield* tab(base.replace("http", "ws"), page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
+      const hostTrace = "0af7651916cd43dd8448eb211c80319c"
+      const hostSpan = "b7ad6b7169203331"
+      const t = yield* token({ sub: "alice" })
+      const meta = {
+        [Modern.Meta.protocolVersion]: "2026-07-28",
+        [Modern.Meta.clientCapabilities]: {},
+        traceparent: `00-${hostTrace}-${hostSpan}-01`
+      }
+      const post = (body: Record<string, unknown>, name?: string) =>
+        Effect.promise(() =>
+          fetch(`${base}/hub`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${t}`,
+              accept: "application/json, text/event-stream",
+              "content-type": "application/json",
+              "mcp-protocol-version": "2026-07-28",
+              "mcp-method": String(body["method"]),
+              ...(name === undefined ? {} : { "mcp-name": name })
+            },
+            body: JSON.stringify(body)
+          }).then((r) => r.json() as Promise<{ result?: { tools?: Array<{ name: string }> } }>)
+        )
+      yield* post({ jsonrpc: "2.0", id: 1, method: "tools/list", params: { _meta: meta } }).pipe(
+        Effect.filterOrFail((r) => r.result?.tools?.some((tool) => tool.name === TOOL) === true, () => new NotYet("no tool yet")),
+        Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds"))),
+        Effect.orDie
+      )
+      expect(textOf((yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: TOOL, arguments: { text: "m" }, _meta: meta } }, TOOL)).result)).toBe("shop:getCart:m")
+
+      const trace = yield* Effect.suspend(() => {
+        const spans = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === hostTrace)
+        return spans.filter((s) => s.name === "edge.deliver").length >= 2 && spans.some((s) => s.name === "registry.reply")
+          ? Effect.succeed(spans)
+          : Effect.fail(new NotYet(spans.map((s) => s.name).join(", ")))
+      }).pipe(Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds"))), Effect.orDie)
+
+      const call = trace.find((s) => s.name === "registry.call")!
+      const receive = trace.find((s) => s.name === "edge.receive" && idOf(s) === parentOf(call))
+      expect(receive?.parentSpanContext?.spanId).toBe(hostSpan)
+      expect(receive?.attributes).toMatchObject({ "sb.transport": "http", "sb.path": "/hub", "mcp.protocol.version": "2026-07-28", "rpc.method": "tools/call" })
+      expect(call.attributes).toMatchObject({ "rpc.method": "tools/call", "mcp.tool.name": TOOL, "user_id": "alice" })
+      const reply = trace.find((s) => s.name === "registry.reply")!
+      expect(parentOf(reply)).toBe(idOf(call))
+      // To the tab (the call's child) and back to the host (the reply's child).
+      expect(trace.some((s) => s.name === "edge.deliver" && parentOf(s) === idOf(call))).toBe(true)
       expect(trace.find((s) => s.name === "edge.deliver" && parentOf(s) === idOf(reply))?.attributes["sb.transport"]).toBe("http")
     }))
 })
