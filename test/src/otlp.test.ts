@@ -15,6 +15,8 @@ import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as Processes from "./support/Processes.ts"
 import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
+import { token } from "./support/Stack.ts"
+import { page, tab } from "./support/Tabs.ts"
 
 /** OTLP/JSON (`ExportTraceServiceRequest`), the fields this test reads; ids are hex strings. */
 const AnyValue = Schema.Struct({ stringValue: Schema.optional(Schema.String), intValue: Schema.optional(Schema.Union(Schema.String, Schema.Number)) })
@@ -152,6 +154,67 @@ describe("OTLP/HTTP export", () => {
       expect(forward.attributes).toMatchObject({ "mcp.request.id": "7", "mcp.mapped_id": `${connectionId}:7`, "sb.conn": receive.attributes["sb.conn"] })
       // Every parent named in the trace is a span of the trace: no link points outside it.
       const ids = new Set(trace.map((s) => s.spanId))
+      for (const s of trace) if (s.parentSpanId !== undefined) expect(ids.has(s.parentSpanId)).toBe(true)
+    }).pipe(withNats), 180_000)
+
+  it.live("a 2026-07-28 tool call's trace, rooted at the host's own traceparent, reaches the collector from the edge and the registry processes", () =>
+    Effect.gen(function*() {
+      const { url } = yield* NatsServer
+      const collector = yield* receiver
+      const endpoint = `http://127.0.0.1:${(collector.server.address() as AddressInfo).port}`
+      const env = { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, OTEL_BSP_SCHEDULE_DELAY: "100" }
+      const { edges: [edge] } = yield* Processes.deployment(url, { edges: 1, registry: true, env })
+      if (edge === undefined) return yield* Effect.dieMessage("no edge")
+      yield* tab(edge.ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
+      const tool = "website_tool_shop_example_com_tab1_getCart"
+      const hostTrace = "5bf92f3577b34da6a3ce929d0e0e4736"
+      const hostSpan = "10f067aa0ba902b7"
+      const t = yield* token({ sub: "alice" })
+      const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, traceparent: `00-${hostTrace}-${hostSpan}-01` }
+      const post = (body: Record<string, unknown>, name?: string) =>
+        Effect.promise(() =>
+          fetch(`${edge.url}/hub`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${t}`,
+              accept: "application/json, text/event-stream",
+              "content-type": "application/json",
+              "mcp-protocol-version": "2026-07-28",
+              "mcp-method": String(body["method"]),
+              ...(name === undefined ? {} : { "mcp-name": name })
+            },
+            body: JSON.stringify(body)
+          }).then((r) => r.text())
+        )
+      yield* post({ jsonrpc: "2.0", id: 1, method: "tools/list", params: { _meta: meta } }).pipe(
+        Effect.filterOrFail((text) => text.includes(tool), (text) => text),
+        Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("10 seconds"))),
+        Effect.orDie
+      )
+      expect(yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: tool, arguments: { text: "o" }, _meta: meta } }, tool)).toContain("shop:getCart:o")
+
+      const trace = yield* Effect.suspend(() => {
+        const found = collector.spans.filter((s) => s.traceId === hostTrace)
+        const names = found.map((s) => s.name)
+        return names.includes("registry.reply") && names.filter((n) => n === "edge.deliver").length >= 2
+          ? Effect.succeed(found)
+          : Effect.fail(collector.spans.map((s) => `${s.service} ${s.name}`))
+      }).pipe(
+        Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 400 }),
+        Effect.catchAll((seen) => Effect.dieMessage(`the trace never arrived whole; received: ${seen.join(", ")}`))
+      )
+      expect(collector.malformed).toEqual([])
+      const call = trace.find((s) => s.name === "registry.call")
+      const receive = trace.find((s) => s.name === "edge.receive" && s.spanId === call?.parentSpanId)
+      const reply = trace.find((s) => s.name === "registry.reply")
+      expect([call?.service, receive?.service, reply?.service]).toEqual(["switchboard-registry", "switchboard-edge", "switchboard-registry"])
+      expect(receive?.parentSpanId).toBe(hostSpan)
+      expect(reply?.parentSpanId).toBe(call?.spanId)
+      // Out to the tab (the call's child) and back to the host (the reply's child).
+      expect(trace.some((s) => s.name === "edge.deliver" && s.parentSpanId === call?.spanId)).toBe(true)
+      expect(trace.some((s) => s.name === "edge.deliver" && s.parentSpanId === reply?.spanId)).toBe(true)
+      // Every parent named in the trace is a span of the trace or the host's own.
+      const ids = new Set([...trace.map((s) => s.spanId), hostSpan])
       for (const s of trace) if (s.parentSpanId !== undefined) expect(ids.has(s.parentSpanId)).toBe(true)
     }).pipe(withNats), 180_000)
 })
