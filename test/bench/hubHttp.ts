@@ -64,8 +64,14 @@ const connection = (url: URL, sockets: Array<Net.Socket>) =>
       })
   })
 
-/** Opens what one client's POSTs need (an MCP session), and returns their headers. */
-type Prepare = (agent: Http.Agent, url: URL) => Promise<Record<string, string>>
+/** What one client's POSTs carry: headers, and any params beside the tool's (MCP 2026-07-28's `_meta`, JSON text after a comma). */
+interface Prepared {
+  readonly headers: Record<string, string>
+  readonly params?: string
+}
+
+/** Opens what one client's POSTs need (an MCP session, or nothing but headers). */
+type Prepare = (agent: Http.Agent, url: URL) => Promise<Prepared>
 
 /** An initialized MCP session of `token`'s user that lists the bench tab's tool. */
 const mcpSession = (token: string): Prepare => async (agent, url) => {
@@ -75,15 +81,30 @@ const mcpSession = (token: string): Prepare => async (agent, url) => {
   const headers = { ...base, "mcp-session-id": init.session, "mcp-protocol-version": "2025-06-18" }
   await post(agent, url, headers, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
   // Every session waits until the tab's tools are listed.
+  await listed(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+  return { headers }
+}
+
+/** Every client waits until the tab's tool is listed. */
+const listed = async (agent: Http.Agent, url: URL, headers: Record<string, string>, request: string) => {
   for (;;) {
-    const listed = await post(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-    if (listed.body.includes(TOOL)) return headers
+    const answer = await post(agent, url, headers, request)
+    if (answer.body.includes(TOOL)) return
     await new Promise((r) => setTimeout(r, 20))
   }
 }
 
+/** MCP 2026-07-28: no session, every request says its version and capabilities; only headers to prepare. */
+const modern = (token: string): Prepare => async (agent, url) => {
+  const version = "2026-07-28"
+  const base = { authorization: `Bearer ${token}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": version }
+  const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"${version}","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}`
+  await listed(agent, url, { ...base, "mcp-method": "tools/list" }, `{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{${meta}}}`)
+  return { headers: { ...base, "mcp-method": "tools/call", "mcp-name": TOOL }, params: `,${meta}` }
+}
+
 /** The plain echo needs nothing but the content type. */
-const noSession: Prepare = () => Promise.resolve({ "content-type": "application/json" })
+const noSession: Prepare = () => Promise.resolve({ headers: { "content-type": "application/json" } })
 
 /** A session per client, each with `inFlight` POSTs outstanding, closed loop. */
 const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge: "open" | "close") => void, onError: () => void): Promise<Result> => {
@@ -94,13 +115,13 @@ const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge
   let stopped = false
   let count = 0
   const sockets: Array<Net.Socket> = []
-  const loops = sessions.flatMap((headers) =>
+  const loops = sessions.flatMap(({ headers, params = "" }) =>
     Array.from({ length: shape.inFlight }, async (_, slot) => {
       const send = await connection(url, sockets)
       const head = `POST ${url.pathname} HTTP/1.1\r\nhost: ${url.host}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("")}`
       let n = 0
       while (!stopped) {
-        const body = `{"jsonrpc":"2.0","id":${slot * 1_000_000_000 + n++},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}`
+        const body = `{"jsonrpc":"2.0","id":${slot * 1_000_000_000 + n++},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}${params}}}`
         const t0 = performance.now()
         const answer = await send(`${head}content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
         if (answer.includes(`"error"`)) onError()
@@ -143,7 +164,8 @@ export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   const onError = () => errors++
   const ws = yield* measure("hub-http", { name: "hub-websocket", server: [server], load: hubLoad(`${wsUrl(server, "/hub")}?token=${token}`, onError) })
   const http = yield* measureHttp("hub-streamable-http", server, "/hub", mcpSession(token), onError)
-  report([...ws, ...http], { ratio_to_ws: "hub-websocket" })
+  const stateless = yield* measureHttp("hub-http-2026-07-28", server, "/hub", modern(token), onError)
+  report([...ws, ...http, ...stateless], { ratio_to_ws: "hub-websocket" })
   const plainWsServer = yield* startServer("plain")
   const plainHttpServer = yield* startServer("plain-http")
   const plainWs = yield* measure("hub-http", { name: "plain-ws-echo", server: [plainWsServer], load: { url: wsUrl(plainWsServer, "/") } })
@@ -151,11 +173,17 @@ export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   report([...plainWs, ...plainHttp], { ratio_to_ws: "plain-ws-echo" })
   const p50 = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "1x1")?.["p50_us"] ?? 0)
   const rate = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "50x10")?.["msgs_per_s"] ?? 0)
+  const cpu = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "50x10")?.["server_cpu_us_per_msg"] ?? 0)
   const ratios = (target: string, httpLines: ReadonlyArray<ThroughputLine>, wsLines: ReadonlyArray<ThroughputLine>) => {
     print({ suite: "hub-http", target, measure: "p50_over_ws_p50_1x1", ratio: round2(p50(httpLines) / Math.max(1, p50(wsLines))), target_at_most: 1.5 })
     print({ suite: "hub-http", target, measure: "throughput_over_ws_50x10", ratio: round2(rate(httpLines) / Math.max(1, rate(wsLines))), target_at_least: 0.5 })
   }
   ratios("hub-streamable-http", http, ws)
+  ratios("hub-http-2026-07-28", stateless, ws)
+  // The modern era's own targets, against the legacy era and the plain HTTP echo of this run.
+  print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "p50_over_legacy_p50_1x1", ratio: round2(p50(stateless) / Math.max(1, p50(http))), target_at_most: 1 })
+  print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "throughput_over_plain_http_50x10", ratio: round2(rate(stateless) / Math.max(1, rate(plainHttp))), target_at_least: 0.5 })
+  print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "cpu_over_plain_http_50x10", ratio: round2(cpu(stateless) / Math.max(1, cpu(plainHttp))), target_at_most: 2 })
   // The same ratios between plain echoes: how close to the targets HTTP/1.1 itself can come here.
   ratios("plain-http-echo (floor)", plainHttp, plainWs)
   if (errors > 0) console.error(`warning: ${errors} calls were answered with an error; the figures are not comparable`)
