@@ -1,7 +1,7 @@
 /**
  * MCP 2025-11-25 at `/hub`: the official SDK v1 client (whose latest revision it is) negotiates it
- * over Streamable HTTP and over WebSocket and calls a tab's tool, which is listed with the icons and
- * title its page gave; a client that asks for an older revision still gets that one.
+ * over Streamable HTTP and over WebSocket and calls a tab's tool, which is listed with the icons,
+ * title and JSON Schema 2020-12 input schema its page gave; a client that asks for an older revision still gets that one.
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
@@ -22,13 +22,21 @@ const services = Layer.mergeAll(Router.layer, Registry.layer)
 /** One edge with the router and the registry, embedded bus; its base URL. */
 const start = Effect.map(Layer.build(stack(busLayer(), { services })), (ctx) => Context.get(ctx, Edge.EdgeServer).url)
 
+/** JSON Schema 2020-12, MCP 2025-11-25's default dialect: its keywords reach the client unchanged. */
+const INPUT = {
+  $schema: "https://json-schema.org/draft/2020-12/schema",
+  type: "object" as const,
+  $defs: { address: { type: "object", properties: { city: { type: "string" } } } },
+  properties: { text: { type: "string" }, address: { $ref: "#/$defs/address" } },
+  additionalProperties: false
+}
 const ICONS = [{ src: "https://shop.example.com/cart.png", mimeType: "image/png", sizes: ["48x48"] }, { src: "data:image/svg+xml;base64,PHN2Zy8+", theme: "dark" }]
 
 /** A page whose one tool, `getCart`, has a title and icons (which McpServer's registerTool cannot give). */
 const shop = () => {
   const server = new McpServer({ name: "shop", version: "1.0.0" }, { capabilities: { tools: {} } })
   server.server.setRequestHandler(ListToolsRequestSchema, () => ({
-    tools: [{ name: "getCart", title: "Your cart", icons: ICONS, description: "The cart", inputSchema: { type: "object" as const, properties: { text: { type: "string" } } } }]
+    tools: [{ name: "getCart", title: "Your cart", icons: ICONS, description: "The cart", inputSchema: INPUT }]
   }))
   server.server.setRequestHandler(CallToolRequestSchema, (request) => ({ content: [{ type: "text" as const, text: `cart:${String(request.params.arguments?.["text"])}` }] }))
   return server
@@ -49,6 +57,7 @@ const listsAndCalls = (client: Client) =>
   Effect.gen(function*() {
     const [tool] = yield* toolsUntil(client, (names) => names.includes(TOOL))
     expect(tool).toMatchObject({ name: TOOL, title: "Your cart", icons: ICONS })
+    expect(tool?.inputSchema).toEqual(INPUT)
     const result = yield* Effect.promise(() => client.callTool({ name: TOOL, arguments: { text: "now" } }))
     expect(textOf(result)).toBe("cart:now")
   })
