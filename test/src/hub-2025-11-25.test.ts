@@ -90,7 +90,17 @@ describe("MCP 2025-11-25 at /hub", () => {
 
   it.scopedLive("a client that asks for 2025-06-18 gets 2025-06-18, and one that asks for an unknown revision gets 2025-11-25", () =>
     Effect.gen(function*() {
-      const ws = (yield* start).replace("http", "ws")
+      const base = yield* start
+      const ws = base.replace("http", "ws")
+      const t = yield* token({ sub: "carol" })
+      const overHttp = yield* Effect.promise(() =>
+        fetch(`${base}/hub`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${t}`, accept: "application/json, text/event-stream", "content-type": "application/json" },
+          body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } } })
+        }).then((r) => r.json())
+      )
+      expect(overHttp).toMatchObject({ id: 1, result: { protocolVersion: "2025-06-18" } })
       // rawHub asks for 2025-06-18 and checks that it is answered with it.
       yield* rawHub(ws, "alice")
       const c = yield* rawHub(ws, "bob")
