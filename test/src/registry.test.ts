@@ -249,7 +249,7 @@ describe("MCP-B tool registry", () => {
       raw.send({ jsonrpc: "2.0", id: 2, method: "ping" })
       expect(yield* raw.next).toEqual({ jsonrpc: "2.0", id: 2, result: {} })
       raw.send({ jsonrpc: "2.0", id: 3, method: "initialize", params: { protocolVersion: "2099-01-01", capabilities: {}, clientInfo: { name: "x", version: "0" } } })
-      expect(yield* raw.next).toMatchObject({ id: 3, result: { protocolVersion: "2025-06-18", capabilities: { tools: { listChanged: true } }, serverInfo: { name: "switchboard-registry" } } })
+      expect(yield* raw.next).toMatchObject({ id: 3, result: { protocolVersion: "2025-11-25", capabilities: { tools: { listChanged: true } }, serverInfo: { name: "switchboard-registry" } } })
       raw.send({ jsonrpc: "2.0", id: 4, method: "tools/list", params: { cursor: "bogus" } })
       expect(yield* raw.next).toMatchObject({ id: 4, error: { code: -32602 } })
       raw.send({ jsonrpc: "2.0", id: 5, method: "resources/list" })

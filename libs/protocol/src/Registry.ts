@@ -1,7 +1,8 @@
 /**
  * MCP-B (`shared/specs/mcp-b.md`): the messages between a tab bridge (`/tabs`) and the hub, the
  * registry's KV records, and the messages its actors exchange. The MCP side (`/hub`) is plain MCP
- * 2025-06-18 over WebSocket (`shared/specs/mcp-websocket-transport.md`).
+ * (2024-11-05 to 2025-11-25) over WebSocket (`shared/specs/mcp-websocket-transport.md`) or
+ * Streamable HTTP.
  */
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
@@ -19,8 +20,11 @@ export const Method = {
   executeTool: "browser/executeTool"
 } as const
 
-/** The MCP revisions the hub speaks, newest first; it answers an unknown one with the first. */
-export const ProtocolVersions = ["2025-06-18", "2025-03-26", "2024-11-05"] as const
+/**
+ * The MCP revisions the hub's `initialize` answers (the session-based ones), newest first: each as
+ * the client asks, an unknown one with the first.
+ */
+export const ProtocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"] as const
 /**
  * The `MCP-Protocol-Version` header values a Streamable HTTP request may carry; the transport
  * appeared in 2025-03-26, and a request without the header is taken to be of that version.
@@ -57,6 +61,16 @@ const required = <A, I>(schema: Schema.Schema<A, I>, kind: ToolRejection["kind"]
 const NoName = "a tool needs a non-empty string name"
 const NotObjectSchema = `inputSchema must be a JSON Schema with type "object"`
 
+// One reason for any icon that is wrong, however deep: the page's author needs the shape, not the path.
+const IconsWhy = "icons must be an array of {src: string, mimeType?, sizes?, theme?}"
+/** MCP 2025-11-25's `Icon`: a URL or data URI, with what a client needs to pick one. */
+const Icon = Schema.Struct({
+  src: Schema.String,
+  mimeType: Schema.optional(Schema.String),
+  sizes: Schema.optional(Schema.Array(Schema.String)),
+  theme: Schema.optional(Schema.Literal("light", "dark"))
+})
+
 /**
  * An MCP `Tool` as a page declares it; unknown fields are dropped. The fields are checked in the
  * order they are declared, and the first that fails is the rejection, with the kind and reason its
@@ -81,7 +95,9 @@ export const Tool = Schema.Struct({
   title: Schema.optional(Schema.String.annotations(rejects("field-type", "title must be a string"))),
   description: Schema.optional(Schema.String.annotations(rejects("field-type", "description must be a string"))),
   outputSchema: Schema.optional(JsonObject.annotations(rejects("field-type", "outputSchema must be an object"))),
-  annotations: Schema.optional(JsonObject.annotations(rejects("field-type", "annotations must be an object")))
+  annotations: Schema.optional(JsonObject.annotations(rejects("field-type", "annotations must be an object"))),
+  // MCP 2025-11-25's tool icons, passed on as the page gave them; the client decides what to show.
+  icons: Schema.optional(Schema.Array(Icon).annotations({ ...rejects("field-type", IconsWhy), message: () => ({ message: IconsWhy, override: true }) }))
 })
 export type Tool = typeof Tool.Type
 

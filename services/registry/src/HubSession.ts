@@ -30,7 +30,8 @@ const CloseCode = Edge.CloseCode
 const WAKE = new Registry.Wake()
 const isRecord = JsonRpc.isRecord
 
-const SERVER_INFO = { name: "switchboard-registry", version: "0.1.0" }
+// `title` is for display (MCP 2025-06-18 on); older clients ignore a field they do not know.
+const SERVER_INFO = { name: "switchboard-registry", title: "Switchboard tool hub", version: "0.1.0" }
 const CAPABILITIES = {
   tools: { listChanged: true },
   // MCP-B's capability; under `experimental`, where MCP puts non-standard ones.

@@ -24,7 +24,7 @@ describe("the hub session", () => {
       const raw = peer(yield* ActorClient.open("registry", { path: "/hub", user: "alice" }))
       expect((yield* raw.request("tools/list")).error).toEqual({ code: -32600, message: "Invalid Request: the session is not initialized; send initialize first" })
       const init = yield* raw.request("initialize", { protocolVersion: "1999-01-01" })
-      expect(init.result).toMatchObject({ protocolVersion: "2025-06-18", capabilities: { tools: { listChanged: true } } })
+      expect(init.result).toMatchObject({ protocolVersion: "2025-11-25", capabilities: { tools: { listChanged: true } } })
 
       const invalid = { code: -32602, message: "Invalid params: tools/call expects {name: string, arguments?: object}" }
       expect((yield* raw.request("tools/call", { arguments: {} })).error).toEqual(invalid)
@@ -77,8 +77,9 @@ describe("the hub session", () => {
     withRegistry(Effect.gen(function*() {
       const h = peer(yield* ActorClient.open("registry", { path: "/hub", user: "alice" }))
       expect((yield* h.request("initialize", { protocolVersion: "2025-03-26", capabilities: {} })).result?.["protocolVersion"]).toBe("2025-03-26")
-      expect((yield* h.request("initialize", { protocolVersion: "1999-01-01" })).result?.["protocolVersion"]).toBe("2025-06-18")
-      expect((yield* h.request("initialize", {})).result?.["protocolVersion"]).toBe("2025-06-18")
+      expect((yield* h.request("initialize", { protocolVersion: "2025-06-18" })).result?.["protocolVersion"]).toBe("2025-06-18")
+      expect((yield* h.request("initialize", { protocolVersion: "1999-01-01" })).result?.["protocolVersion"]).toBe("2025-11-25")
+      expect((yield* h.request("initialize", {})).result?.["protocolVersion"]).toBe("2025-11-25")
       expect((yield* h.request("initialize", { protocolVersion: 20250618 })).error).toEqual({
         code: -32602,
         message: "Invalid params: initialize expects {protocolVersion: string} (protocolVersion: Expected string, actual 20250618)"

@@ -60,8 +60,15 @@ describe("tool rejections", () => {
     expect(reason({ ...ok, description: null })).toBe('field-type: tool "t": description must be a string')
     expect(reason({ ...ok, outputSchema: "x" })).toBe('field-type: tool "t": outputSchema must be an object')
     expect(reason({ ...ok, annotations: [] })).toBe('field-type: tool "t": annotations must be an object')
+    const iconsWhy = 'field-type: tool "t": icons must be an array of {src: string, mimeType?, sizes?, theme?}'
+    expect(reason({ ...ok, icons: "https://x/i.png" })).toBe(iconsWhy)
+    expect(reason({ ...ok, icons: [{ src: 1 }] })).toBe(iconsWhy)
+    expect(reason({ ...ok, icons: [{ src: "https://x/i.png", theme: "blue" }] })).toBe(iconsWhy)
     expect(Registry.validateTool({ ...ok, title: "T", extra: { big: true }, annotations: { cache: true } })).toEqual(
       Either.right({ name: "t", inputSchema: { type: "object" }, title: "T", annotations: { cache: true } })
     )
+    // MCP 2025-11-25's icons are kept as the page gave them; an icon's unknown fields are not.
+    const icons = [{ src: "https://x/i.png", mimeType: "image/png", sizes: ["48x48"], theme: "light" }]
+    expect(Registry.validateTool({ ...ok, icons: [{ ...icons[0], extra: 1 }] })).toEqual(Either.right({ ...ok, icons }))
   })
 })
