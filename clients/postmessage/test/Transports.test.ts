@@ -140,6 +140,32 @@ describe("postMessage transports over fake windows", () => {
     await client.close()
   })
 
+  it("the inner frame repeats its handshake until answered: an outer frame that starts listening after the first one (after load) still connects", async () => {
+    const { inner, log, outer, toInner, toOuter } = pair()
+    const server = adder()
+    const innerErrors: Array<string> = []
+    const transport = new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter, announceEveryMs: 1 })
+    transport.onerror = (e) => innerErrors.push(e.message)
+    void server.connect(transport)
+    // The first announcement is delivered (a task later) while nobody on the outer side listens.
+    expect(log.map((m) => m.data)).toEqual([{ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" }])
+    await new Promise<void>((resolve) => setTimeout(resolve))
+    const { frame } = fakeFrame(toInner, () => undefined) // the page is already loaded
+    const client = new Client({ name: "app", version: "1.0.0" })
+    const outerTransport = new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s5", host: outer, handshakeTimeoutMs: 2000 })
+    const outerErrors: Array<string> = []
+    outerTransport.onerror = (e) => outerErrors.push(e.message)
+    await client.connect(outerTransport)
+    expect((await client.callTool({ name: "add", arguments: { a: 1, b: 1 } })).content).toEqual([{ type: "text", text: "2" }])
+    expect(log.filter((m) => m.targetOrigin === "*").length).toBeGreaterThan(1)
+    // Repeats that crossed the answer are neither a second handshake nor a second reply.
+    expect([innerErrors, outerErrors]).toEqual([[], []])
+    const announced = log.filter((m) => m.targetOrigin === "*").length
+    await client.callTool({ name: "add", arguments: { a: 1, b: 2 } })
+    expect(log.filter((m) => m.targetOrigin === "*").length).toBe(announced) // answered: no more
+    await client.close()
+  })
+
   it("a handshake of another protocol version fails connect with UnsupportedVersion", async () => {
     const { outer, toInner, toOuter } = pair()
     const { frame } = fakeFrame(toInner, () => toOuter.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "2.0" }, "*"))

@@ -30,6 +30,7 @@ export class OuterLink {
   /** Settled when the inner frame's handshake has been accepted and answered. */
   readonly handshake = new Deadline<Handshake>()
   private readonly peer: Peer
+  private repeatsInFlight = false
   readonly timeoutMs: number
 
   constructor(
@@ -86,8 +87,12 @@ export class OuterLink {
 
   private receive(message: ProtocolMessage, origin: string): void {
     if (message.type === "MCP_SETUP_HANDSHAKE" || message.type === "MCP_TRANSPORT_HANDSHAKE") {
+      // The inner frame repeats its handshake until answered: repeats it sent before our answer
+      // reached it may still arrive. Once it has said anything else, a handshake is a second one.
+      if (this.repeatsInFlight && message.type === handshakeType(this.phase)) return
       this.answer(message, origin)
     } else if (this.peer.origin !== undefined) {
+      this.repeatsInFlight = false
       this.handlers.onMessage(message)
     }
   }
@@ -111,6 +116,7 @@ export class OuterLink {
         ? { type: "MCP_SETUP_HANDSHAKE_REPLY", protocolVersion: version, sessionId }
         : { type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: version, sessionId }
     )
+    this.repeatsInFlight = true
     this.handshake.resolve(message)
   }
 }

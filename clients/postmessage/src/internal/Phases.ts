@@ -19,6 +19,13 @@ export const isSetupPhase = (location: Pick<Location, "hash"> = window.location)
 
 export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000
 
+/**
+ * How often the inner frame repeats its handshake until it is answered (within the handshake
+ * timeout): an outer frame may start listening only after the frame's `load` event, after a
+ * first announcement made while the page loaded (the reference implementation's outer frame does).
+ */
+export const DEFAULT_ANNOUNCE_EVERY_MS = 250
+
 /** The version check both sides make; undefined when it passes. */
 export const versionProblem = (version: string): string | undefined =>
   version === Messages.PROTOCOL_VERSION
