@@ -45,6 +45,8 @@ export class InnerFrameSetup {
     return this.link.run({
       type: "MCP_SETUP_HANDSHAKE",
       protocolVersion: Messages.PROTOCOL_VERSION,
+      minProtocolVersion: Messages.PROTOCOL_VERSION,
+      maxProtocolVersion: Messages.PROTOCOL_VERSION,
       requiresVisibleSetup: this.options.requiresVisibleSetup
     })
   }

@@ -105,7 +105,7 @@ describe("postMessage transports over fake windows", () => {
   })
 
   it("setup: the inner frame learns the session id and the asking origin, and completes with a title", async () => {
-    const { inner, outer, toInner, toOuter } = pair()
+    const { inner, log, outer, toInner, toOuter } = pair()
     const { frame, urls, visible } = fakeFrame(toInner, () => {
       const setup = new InnerFrameSetup({ allowedOrigins: [APP], requiresVisibleSetup: true, host: inner, outer: toOuter })
       void setup.handshake().then(({ origin, sessionId }) =>
@@ -121,6 +121,8 @@ describe("postMessage transports over fake windows", () => {
     })
     expect(urls).toEqual([`${TOOLS}/mcp#setup`])
     expect(visible).toEqual([false, true])
+    // The spec's version and the reference's later range, side by side.
+    expect(log[0]?.data).toEqual({ type: "MCP_SETUP_HANDSHAKE", protocolVersion: "1.0", minProtocolVersion: "1.0", maxProtocolVersion: "1.0", requiresVisibleSetup: true })
   })
 
   it("another window of an allowed origin is not heard: its handshake reply does not pin the inner frame", async () => {
@@ -164,6 +166,27 @@ describe("postMessage transports over fake windows", () => {
     await client.callTool({ name: "add", arguments: { a: 1, b: 2 } })
     expect(log.filter((m) => m.targetOrigin === "*").length).toBe(announced) // answered: no more
     await client.close()
+  })
+
+  it("setup: a handshake offering a version range (the reference's later form) is answered with the newest common version; no common one is a clear error", async () => {
+    const answered = async (range: { minProtocolVersion: string; maxProtocolVersion: string }) => {
+      const { inner, log, outer, toInner, toOuter } = pair()
+      const { frame } = fakeFrame(toInner, () => {
+        toOuter.postMessage({ type: "MCP_SETUP_HANDSHAKE", ...range, requiresVisibleSetup: false }, "*")
+        inner.addEventListener("message", () =>
+          toOuter.postMessage({ type: "MCP_SETUP_COMPLETE", status: "success", displayName: "Ranged", transportVisibility: { requirement: "hidden" } }, APP))
+      })
+      const result = await runSetup(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s6", host: outer, handshakeTimeoutMs: 1000 })
+      return { result, reply: log.find((m) => m.from === APP)?.data }
+    }
+    expect(await answered({ minProtocolVersion: "0.9", maxProtocolVersion: "2.0" })).toEqual({
+      result: { type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Ranged", transportVisibility: { requirement: "hidden" } },
+      reply: { type: "MCP_SETUP_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId: "s6" }
+    })
+    await expect(answered({ minProtocolVersion: "1.10", maxProtocolVersion: "3.0" })).rejects.toMatchObject({
+      reason: "UnsupportedVersion",
+      message: "the peer speaks postMessage transport 1.10 to 3.0; this side speaks 1.0"
+    })
   })
 
   it("a handshake of another protocol version fails connect with UnsupportedVersion", async () => {
