@@ -69,7 +69,7 @@ export class InnerFrameSetup {
     await this.handshake()
     if (this.done) throw new PostMessageError({ reason: "Closed", message: "setup was already completed" })
     this.done = true
-    this.link.post(message)
+    this.link.post({ ...message, displayName: message.serverTitle })
     this.link.close()
   }
 }

@@ -52,11 +52,11 @@ const SetupCompleteFields = {
   error: Schema.optional(Schema.Struct({ code: SetupErrorCode, message: Schema.String }))
 }
 
-export const SetupComplete = Schema.Struct({ ...SetupCompleteFields, serverTitle: Schema.String })
+// The reference implementation's outer frame (jmandel/mcp-postmessage, every revision) reads the
+// title as `displayName` where the spec says `serverTitle`; we send both, and accept either.
+export const SetupComplete = Schema.Struct({ ...SetupCompleteFields, serverTitle: Schema.String, displayName: Schema.optional(Schema.String) })
 export type SetupComplete = typeof SetupComplete.Type
 
-// A later revision of the reference implementation says `displayName` where the spec says
-// `serverTitle` (seen in jmandel/mcp-postmessage). Accepting it costs nothing; we always send `serverTitle`.
 const SetupCompleteWithDisplayName = Schema.transform(
   Schema.Struct({ ...SetupCompleteFields, displayName: Schema.String }),
   Schema.typeSchema(SetupComplete),

@@ -117,6 +117,8 @@ describe("postMessage transports over fake windows", () => {
       type: "MCP_SETUP_COMPLETE",
       status: "success",
       serverTitle: `for ${APP} s2`,
+      // The reference implementation's outer frame reads the title as displayName.
+      displayName: `for ${APP} s2`,
       transportVisibility: { requirement: "optional", optionalMessage: "logs" }
     })
     expect(urls).toEqual([`${TOOLS}/mcp#setup`])
