@@ -163,7 +163,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
         const setup = yield* outer.setUp({ kind: "iframe", serverUrl, sessionId: id })
         expect(setup).toEqual({
           ok: true,
-          result: { type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Echo (automatic)", ephemeralMessage: "Saved", transportVisibility: { requirement: "hidden" } }
+          result: { type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Echo (automatic)", displayName: "Echo (automatic)", ephemeralMessage: "Saved", transportVisibility: { requirement: "hidden" } }
         })
         expect(yield* outer.log).toEqual([{ setupVisible: false }])
         expect(yield* outer.iframes).toBe(0) // the setup frame is gone; transport loads a new one
@@ -230,6 +230,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
             type: "MCP_SETUP_COMPLETE",
             status: "success",
             serverTitle: "Echo (s3cret)",
+            displayName: "Echo (s3cret)",
             ephemeralMessage: "Saved",
             transportVisibility: { requirement: "optional", optionalMessage: "Show the echo log" }
           }
@@ -517,6 +518,7 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
             type: "MCP_SETUP_COMPLETE",
             status: "success",
             serverTitle: "Switchboard",
+            displayName: "Switchboard",
             ephemeralMessage: "Switchboard connected",
             transportVisibility: { requirement: "hidden" }
           }

@@ -45,6 +45,8 @@ export class InnerFrameSetup {
     return this.link.run({
       type: "MCP_SETUP_HANDSHAKE",
       protocolVersion: Messages.PROTOCOL_VERSION,
+      minProtocolVersion: Messages.PROTOCOL_VERSION,
+      maxProtocolVersion: Messages.PROTOCOL_VERSION,
       requiresVisibleSetup: this.options.requiresVisibleSetup
     })
   }
@@ -67,7 +69,7 @@ export class InnerFrameSetup {
     await this.handshake()
     if (this.done) throw new PostMessageError({ reason: "Closed", message: "setup was already completed" })
     this.done = true
-    this.link.post(message)
+    this.link.post({ ...message, displayName: message.serverTitle })
     this.link.close()
   }
 }

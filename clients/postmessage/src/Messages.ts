@@ -13,11 +13,16 @@ export const PROTOCOL_VERSION = "1.0"
 // instead of having its handshake silently ignored.
 const Version = Schema.String
 
+// The spec's setup handshake names one version; a later revision of the reference implementation
+// (jmandel/mcp-postmessage) names a range instead, and its outer frame reads only the range. We
+// send both forms and accept either: a handshake must carry one of them.
 export const SetupHandshake = Schema.Struct({
   type: Schema.Literal("MCP_SETUP_HANDSHAKE"),
-  protocolVersion: Version,
+  protocolVersion: Schema.optional(Version),
+  minProtocolVersion: Schema.optional(Version),
+  maxProtocolVersion: Schema.optional(Version),
   requiresVisibleSetup: Schema.Boolean
-})
+}).pipe(Schema.filter((h) => h.protocolVersion !== undefined || (h.minProtocolVersion !== undefined && h.maxProtocolVersion !== undefined)))
 export type SetupHandshake = typeof SetupHandshake.Type
 
 export const SetupHandshakeReply = Schema.Struct({
@@ -47,11 +52,11 @@ const SetupCompleteFields = {
   error: Schema.optional(Schema.Struct({ code: SetupErrorCode, message: Schema.String }))
 }
 
-export const SetupComplete = Schema.Struct({ ...SetupCompleteFields, serverTitle: Schema.String })
+// The reference implementation's outer frame (jmandel/mcp-postmessage, every revision) reads the
+// title as `displayName` where the spec says `serverTitle`; we send both, and accept either.
+export const SetupComplete = Schema.Struct({ ...SetupCompleteFields, serverTitle: Schema.String, displayName: Schema.optional(Schema.String) })
 export type SetupComplete = typeof SetupComplete.Type
 
-// A later revision of the reference implementation says `displayName` where the spec says
-// `serverTitle` (seen in jmandel/mcp-postmessage). Accepting it costs nothing; we always send `serverTitle`.
 const SetupCompleteWithDisplayName = Schema.transform(
   Schema.Struct({ ...SetupCompleteFields, displayName: Schema.String }),
   Schema.typeSchema(SetupComplete),

@@ -105,7 +105,7 @@ describe("postMessage transports over fake windows", () => {
   })
 
   it("setup: the inner frame learns the session id and the asking origin, and completes with a title", async () => {
-    const { inner, outer, toInner, toOuter } = pair()
+    const { inner, log, outer, toInner, toOuter } = pair()
     const { frame, urls, visible } = fakeFrame(toInner, () => {
       const setup = new InnerFrameSetup({ allowedOrigins: [APP], requiresVisibleSetup: true, host: inner, outer: toOuter })
       void setup.handshake().then(({ origin, sessionId }) =>
@@ -117,10 +117,14 @@ describe("postMessage transports over fake windows", () => {
       type: "MCP_SETUP_COMPLETE",
       status: "success",
       serverTitle: `for ${APP} s2`,
+      // The reference implementation's outer frame reads the title as displayName.
+      displayName: `for ${APP} s2`,
       transportVisibility: { requirement: "optional", optionalMessage: "logs" }
     })
     expect(urls).toEqual([`${TOOLS}/mcp#setup`])
     expect(visible).toEqual([false, true])
+    // The spec's version and the reference's later range, side by side.
+    expect(log[0]?.data).toEqual({ type: "MCP_SETUP_HANDSHAKE", protocolVersion: "1.0", minProtocolVersion: "1.0", maxProtocolVersion: "1.0", requiresVisibleSetup: true })
   })
 
   it("another window of an allowed origin is not heard: its handshake reply does not pin the inner frame", async () => {
@@ -138,6 +142,53 @@ describe("postMessage transports over fake windows", () => {
     await client.connect(new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s3", host: outer }))
     expect(transport?.session).toEqual({ sessionId: "s3", origin: APP })
     await client.close()
+  })
+
+  it("the inner frame repeats its handshake until answered: an outer frame that starts listening after the first one (after load) still connects", async () => {
+    const { inner, log, outer, toInner, toOuter } = pair()
+    const server = adder()
+    const innerErrors: Array<string> = []
+    const transport = new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter, announceEveryMs: 1 })
+    transport.onerror = (e) => innerErrors.push(e.message)
+    void server.connect(transport)
+    // The first announcement is delivered (a task later) while nobody on the outer side listens.
+    expect(log.map((m) => m.data)).toEqual([{ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "1.0" }])
+    await new Promise<void>((resolve) => setTimeout(resolve))
+    const { frame } = fakeFrame(toInner, () => undefined) // the page is already loaded
+    const client = new Client({ name: "app", version: "1.0.0" })
+    const outerTransport = new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s5", host: outer, handshakeTimeoutMs: 2000 })
+    const outerErrors: Array<string> = []
+    outerTransport.onerror = (e) => outerErrors.push(e.message)
+    await client.connect(outerTransport)
+    expect((await client.callTool({ name: "add", arguments: { a: 1, b: 1 } })).content).toEqual([{ type: "text", text: "2" }])
+    expect(log.filter((m) => m.targetOrigin === "*").length).toBeGreaterThan(1)
+    // Repeats that crossed the answer are neither a second handshake nor a second reply.
+    expect([innerErrors, outerErrors]).toEqual([[], []])
+    const announced = log.filter((m) => m.targetOrigin === "*").length
+    await client.callTool({ name: "add", arguments: { a: 1, b: 2 } })
+    expect(log.filter((m) => m.targetOrigin === "*").length).toBe(announced) // answered: no more
+    await client.close()
+  })
+
+  it("setup: a handshake offering a version range (the reference's later form) is answered with the newest common version; no common one is a clear error", async () => {
+    const answered = async (range: { minProtocolVersion: string; maxProtocolVersion: string }) => {
+      const { inner, log, outer, toInner, toOuter } = pair()
+      const { frame } = fakeFrame(toInner, () => {
+        toOuter.postMessage({ type: "MCP_SETUP_HANDSHAKE", ...range, requiresVisibleSetup: false }, "*")
+        inner.addEventListener("message", () =>
+          toOuter.postMessage({ type: "MCP_SETUP_COMPLETE", status: "success", displayName: "Ranged", transportVisibility: { requirement: "hidden" } }, APP))
+      })
+      const result = await runSetup(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s6", host: outer, handshakeTimeoutMs: 1000 })
+      return { result, reply: log.find((m) => m.from === APP)?.data }
+    }
+    expect(await answered({ minProtocolVersion: "0.9", maxProtocolVersion: "2.0" })).toEqual({
+      result: { type: "MCP_SETUP_COMPLETE", status: "success", serverTitle: "Ranged", transportVisibility: { requirement: "hidden" } },
+      reply: { type: "MCP_SETUP_HANDSHAKE_REPLY", protocolVersion: "1.0", sessionId: "s6" }
+    })
+    await expect(answered({ minProtocolVersion: "1.10", maxProtocolVersion: "3.0" })).rejects.toMatchObject({
+      reason: "UnsupportedVersion",
+      message: "the peer speaks postMessage transport 1.10 to 3.0; this side speaks 1.0"
+    })
   })
 
   it("a handshake of another protocol version fails connect with UnsupportedVersion", async () => {

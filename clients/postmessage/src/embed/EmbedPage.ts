@@ -12,6 +12,7 @@ import { isSetupPhase } from "../internal/Phases.ts"
 import type { Session } from "../Peer.ts"
 import { JsonRpcMessage } from "../Messages.ts"
 import { asError } from "../PostMessageError.ts"
+import { HubBridge } from "./HubBridge.ts"
 import * as Schema from "effect/Schema"
 
 /** The meta tag through which the edge names the outer origins it allows (space-separated). */
@@ -149,11 +150,15 @@ const runTransportPhase = async () => {
     const why = asError(error).message
     return transport.requireSetup({ reason: "AUTH_EXPIRED", message: `Switchboard refused the stored token: ${why}`, canContinue: false })
   }
-  transport.onmessage = (message) => hub.send(JSON.stringify(message))
+  const bridge = new HubBridge({
+    toHub: (message) => hub.send(JSON.stringify(message)),
+    toClient: (message) => void transport.send(message).catch(() => undefined)
+  }, `Switchboard /embed for ${session.origin}`)
+  transport.onmessage = (message) => bridge.fromClient(message)
   transport.onclose = () => hub.close(1000)
   hub.onmessage = (event) => {
     const message = parse(event.data)
-    if (isJsonRpcMessage(message)) transport.send(message).catch(() => undefined)
+    if (isJsonRpcMessage(message)) bridge.fromHub(message)
   }
   hub.onclose = (event) => {
     // 1008 is the hub's word for a token it no longer takes.

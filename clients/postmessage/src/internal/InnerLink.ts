@@ -1,6 +1,6 @@
 /**
  * The inner frame's side of either handshake: announce itself to `'*'` (the only message ever sent
- * there), wait for the reply from an allowed origin through the parent or opener window, pin that
+ * there; repeated until answered, since the outer frame may listen only after `load`), wait for the reply from an allowed origin through the parent or opener window, pin that
  * origin. A reply on a pinned link is refused, so a replayed or second handshake changes nothing.
  */
 import * as Option from "effect/Option"
@@ -9,13 +9,15 @@ import * as Messages from "../Messages.ts"
 import { type MessageHost, Peer, type PeerWindow, type Session } from "../Peer.ts"
 import { asError, PostMessageError } from "../PostMessageError.ts"
 import { Deadline } from "./Deadline.ts"
-import { DEFAULT_HANDSHAKE_TIMEOUT_MS, type Phase, replyType, versionProblem } from "./Phases.ts"
+import { DEFAULT_ANNOUNCE_EVERY_MS, DEFAULT_HANDSHAKE_TIMEOUT_MS, type Phase, replyType, versionProblem } from "./Phases.ts"
 
 export interface InnerOptions {
   /** Outer origins that may use this frame. Required: `['*']` lets any site in (demos only). */
   readonly allowedOrigins: ReadonlyArray<string>
   /** How long to wait for the outer frame's reply. */
   readonly handshakeTimeoutMs?: number
+  /** How often the handshake is repeated while unanswered (within `handshakeTimeoutMs`). */
+  readonly announceEveryMs?: number
   /** The window to listen on; the global `window` by default. */
   readonly host?: MessageHost
   /** The outer window; by default `window.parent` in an iframe, `window.opener` in a popup. */
@@ -29,6 +31,10 @@ export class InnerLink {
   readonly handshake = new Deadline<Session>()
   private readonly peer: Peer
   private started = false
+  private announced = 0
+  private accepted: Session | undefined
+  /** Answers to our repeated handshakes that may still arrive after the one we accepted. */
+  private echoes = 0
 
   constructor(
     private readonly options: InnerOptions,
@@ -63,11 +69,19 @@ export class InnerLink {
     this.handshake.arm(timeoutMs, () =>
       new PostMessageError({ reason: "HandshakeTimeout", message: `no ${replyType(this.phase)} within ${timeoutMs} ms` }))
     this.peer.listen()
-    try {
-      this.peer.announce(handshake)
-    } catch (error) {
-      this.handshake.reject(asError(error))
+    const announce = () => {
+      try {
+        this.peer.announce(handshake)
+        this.announced++
+      } catch (error) {
+        this.handshake.reject(asError(error))
+      }
     }
+    announce()
+    // Until answered, or the deadline: an outer frame may start listening only after our `load`.
+    const repeat = setInterval(announce, this.options.announceEveryMs ?? DEFAULT_ANNOUNCE_EVERY_MS)
+    const stop = () => clearInterval(repeat)
+    this.handshake.promise.then(stop, stop)
     return this.handshake.promise
   }
 
@@ -89,6 +103,13 @@ export class InnerLink {
   }
 
   private accept(message: Messages.SetupHandshakeReply | Messages.TransportHandshakeReply, origin: string): void {
+    // An outer frame may answer each of our repeated handshakes that reached it before our first
+    // answer did: as many copies of that answer as we sent extra handshakes are no second handshake.
+    if (this.accepted !== undefined && this.echoes > 0 && origin === this.accepted.origin &&
+      message.type === replyType(this.phase) && message.sessionId === this.accepted.sessionId) {
+      this.echoes--
+      return
+    }
     if (this.peer.origin !== undefined || !this.handshake.pending) {
       this.handlers.onRefusal(new PostMessageError({ reason: "SecondHandshake", message: `refused a second ${message.type} from ${origin}` }))
       return
@@ -100,7 +121,9 @@ export class InnerLink {
       return
     }
     this.peer.pin(origin)
-    this.handshake.resolve({ sessionId: message.sessionId, origin })
+    this.accepted = { sessionId: message.sessionId, origin }
+    this.echoes = this.announced - 1
+    this.handshake.resolve(this.accepted)
   }
 
   /** Only the reply to our own handshake earns the refusal an answer; anything else is dropped. */

@@ -5,11 +5,11 @@
  */
 import type { FrameControl } from "../FrameControl.ts"
 import type { ProtocolMessage } from "../Messages.ts"
-import * as Messages from "../Messages.ts"
+import type * as Messages from "../Messages.ts"
 import { type MessageHost, Peer } from "../Peer.ts"
 import { asError, PostMessageError } from "../PostMessageError.ts"
 import { Deadline } from "./Deadline.ts"
-import { DEFAULT_HANDSHAKE_TIMEOUT_MS, handshakeType, type Phase, phaseUrl, versionProblem } from "./Phases.ts"
+import { DEFAULT_HANDSHAKE_TIMEOUT_MS, handshakeType, negotiate, type Phase, phaseUrl } from "./Phases.ts"
 
 export interface OuterOptions {
   /** The inner frame's URL, without `#setup`; the phase adds or removes the hash. */
@@ -30,6 +30,7 @@ export class OuterLink {
   /** Settled when the inner frame's handshake has been accepted and answered. */
   readonly handshake = new Deadline<Handshake>()
   private readonly peer: Peer
+  private repeatsInFlight = false
   readonly timeoutMs: number
 
   constructor(
@@ -86,8 +87,12 @@ export class OuterLink {
 
   private receive(message: ProtocolMessage, origin: string): void {
     if (message.type === "MCP_SETUP_HANDSHAKE" || message.type === "MCP_TRANSPORT_HANDSHAKE") {
+      // The inner frame repeats its handshake until answered: repeats it sent before our answer
+      // reached it may still arrive. Once it has said anything else, a handshake is a second one.
+      if (this.repeatsInFlight && message.type === handshakeType(this.phase)) return
       this.answer(message, origin)
     } else if (this.peer.origin !== undefined) {
+      this.repeatsInFlight = false
       this.handlers.onMessage(message)
     }
   }
@@ -98,19 +103,20 @@ export class OuterLink {
       return
     }
     if (message.type !== handshakeType(this.phase)) return
-    const problem = versionProblem(message.protocolVersion)
-    if (problem !== undefined) {
-      this.handshake.reject(new PostMessageError({ reason: "UnsupportedVersion", message: problem }))
+    const negotiated = negotiate(message)
+    if ("problem" in negotiated) {
+      this.handshake.reject(new PostMessageError({ reason: "UnsupportedVersion", message: negotiated.problem }))
       return
     }
     this.peer.pin(origin)
     const { sessionId } = this.options
-    const version = Messages.PROTOCOL_VERSION
+    const { version } = negotiated
     this.peer.post(
       message.type === "MCP_SETUP_HANDSHAKE"
         ? { type: "MCP_SETUP_HANDSHAKE_REPLY", protocolVersion: version, sessionId }
         : { type: "MCP_TRANSPORT_HANDSHAKE_REPLY", protocolVersion: version, sessionId }
     )
+    this.repeatsInFlight = true
     this.handshake.resolve(message)
   }
 }

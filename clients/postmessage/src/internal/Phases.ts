@@ -19,8 +19,49 @@ export const isSetupPhase = (location: Pick<Location, "hash"> = window.location)
 
 export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000
 
+/**
+ * How often the inner frame repeats its handshake until it is answered (within the handshake
+ * timeout): an outer frame may start listening only after the frame's `load` event, after a
+ * first announcement made while the page loaded (the reference implementation's outer frame does).
+ */
+export const DEFAULT_ANNOUNCE_EVERY_MS = 250
+
 /** The version check both sides make; undefined when it passes. */
 export const versionProblem = (version: string): string | undefined =>
   version === Messages.PROTOCOL_VERSION
     ? undefined
     : `the peer speaks postMessage transport ${version}; this side speaks ${Messages.PROTOCOL_VERSION}`
+
+/** The versions this side speaks, newest first. */
+const SPOKEN: ReadonlyArray<string> = [Messages.PROTOCOL_VERSION]
+
+/** `"1.10"` after `"1.9"`: versions are compared as dotted numbers, not as strings. */
+const compareVersions = (x: string, y: string): number => {
+  const [a, b] = [x.split(".").map(Number), y.split(".").map(Number)]
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0)
+    if (d !== 0) return d
+  }
+  return 0
+}
+
+/**
+ * The version to answer a setup handshake with: the one it names, or the newest this side speaks
+ * within the range it offers (the reference's later form). Either the version or a problem to
+ * refuse the handshake with.
+ */
+export const negotiate = (handshake: Messages.SetupHandshake | Messages.TransportHandshake): { readonly version: string } | { readonly problem: string } => {
+  const { protocolVersion } = handshake
+  if (handshake.type === "MCP_SETUP_HANDSHAKE" && handshake.minProtocolVersion !== undefined && handshake.maxProtocolVersion !== undefined) {
+    const [min, max] = [handshake.minProtocolVersion, handshake.maxProtocolVersion]
+    const common = SPOKEN.find((v) => compareVersions(v, min) >= 0 && compareVersions(v, max) <= 0)
+    if (common !== undefined) return { version: common }
+    // A single version named beside the range is still worth a try.
+    if (protocolVersion === undefined) {
+      return { problem: `the peer speaks postMessage transport ${min} to ${max}; this side speaks ${SPOKEN.join(", ")}` }
+    }
+  }
+  if (protocolVersion === undefined) return { problem: "the handshake names no postMessage transport version" }
+  const problem = versionProblem(protocolVersion)
+  return problem === undefined ? { version: protocolVersion } : { problem }
+}
