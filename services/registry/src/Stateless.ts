@@ -10,10 +10,11 @@
 import { Bus, Subjects } from "@switchboard/bus"
 import { JsonRpc, Modern, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as RcMap from "effect/RcMap"
+import * as FiberId from "effect/FiberId"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
@@ -61,38 +62,95 @@ class Endpoint implements ToolCall.Session, Views.Listener {
   }
 }
 
+/** The connection id on an answer that no endpoint sends: an edge only reads the exchange. */
+const NO_ENDPOINT = "00000000-0000-0000-0000-000000000000"
+
 /** How long a client's cancellation is remembered for a request that has not reached its endpoint yet. */
 const EARLY_CANCEL_MILLIS = 60_000
+
+/**
+ * A user's endpoint on this replica: made on the user's first request (their view is read from
+ * KV then), kept while requests use it and for `REGISTRY_STATELESS_IDLE` after the last, then
+ * let go. Requests that arrive while it is made wait for it.
+ */
+interface Slot {
+  endpoint: Endpoint | undefined
+  readonly waiting: Array<(endpoint: Endpoint | undefined) => void>
+  readonly scope: Scope.CloseableScope
+  /** Requests it serves now; it is let go only at none. */
+  active: number
+  usedAt: number
+}
 
 export const serve = (replica: Replica.Replica) =>
   Effect.gen(function*() {
     const { bus, link } = replica
-    const live = new Map<string, Endpoint>()
+    const idleMillis = Duration.toMillis(replica.config.statelessIdle)
+    const slots = new Map<string, Slot>()
 
-    const endpoints = yield* RcMap.make({
-      lookup: (user: string) =>
-        Effect.gen(function*() {
-          const endpoint = new Endpoint(replica, user, yield* replica.views.acquire(user))
-          endpoint.calls = yield* ToolCall.make(replica, endpoint)
-          const view = endpoint.view()
-          view.listen(endpoint)
-          live.set(user, endpoint)
-          yield* Effect.addFinalizer(() =>
-            Effect.sync(() => {
-              view.unlisten(endpoint)
-              if (live.get(user) === endpoint) live.delete(user)
-            })
-          )
-          // Tabs answer the calls here: a call's id at its tab begins with this endpoint's id.
-          const inbox = Replica.peers.inbox(bus, (message) => (message._tag === "FromTab" ? endpoint.calls?.fromTab(message) : undefined))
-          yield* bus.subscribe(Subjects.conn("registry", endpoint.conn.id), (m) => {
-            const effect = inbox(m)
-            if (effect !== undefined) replica.runService(effect)
-          })
-          return endpoint
-        }).pipe(Effect.orDie),
-      idleTimeToLive: replica.config.statelessIdle
-    })
+    /** The user's endpoint, built in `scope`: their view, their calls, and the subject their tabs answer on. */
+    const build = (user: string, scope: Scope.Scope) =>
+      Effect.gen(function*() {
+        const endpoint = new Endpoint(replica, user, yield* replica.views.acquire(user))
+        endpoint.calls = yield* ToolCall.make(replica, endpoint)
+        const view = endpoint.view()
+        view.listen(endpoint)
+        yield* Effect.addFinalizer(() => Effect.sync(() => view.unlisten(endpoint)))
+        // Tabs answer the calls here: a call's id at its tab begins with this endpoint's id.
+        const inbox = Replica.peers.inbox(bus, (message) => (message._tag === "FromTab" ? endpoint.calls?.fromTab(message) : undefined))
+        yield* bus.subscribe(Subjects.conn("registry", endpoint.conn.id), (m) => {
+          const effect = inbox(m)
+          if (effect !== undefined) replica.runService(effect)
+        })
+        return endpoint
+      }).pipe(Scope.extend(scope))
+
+    /** Calls `then` with the user's endpoint, at once when it is warm; undefined when it could not be made. */
+    const withEndpoint = (user: string, then: (slot: Slot, endpoint: Endpoint | undefined) => void) => {
+      const warm = slots.get(user)
+      if (warm !== undefined) {
+        if (warm.endpoint !== undefined) return then(warm, warm.endpoint)
+        return void warm.waiting.push((endpoint) => then(warm, endpoint))
+      }
+      const scope = Effect.runSync(Scope.make())
+      const slot: Slot = { endpoint: undefined, waiting: [(endpoint) => then(slot, endpoint)], scope, active: 0, usedAt: Date.now() }
+      slots.set(user, slot)
+      replica.runService(
+        build(user, scope).pipe(
+          Effect.matchCauseEffect({
+            onSuccess: (endpoint) => Effect.sync(() => (slot.endpoint = endpoint)),
+            onFailure: (cause) =>
+              Effect.zipRight(
+                Effect.sync(() => slots.get(user) === slot && slots.delete(user)),
+                Effect.zipRight(Scope.close(scope, Exit.void), Effect.logWarning(`registry: could not serve ${user}'s requests`, cause))
+              )
+          }),
+          Effect.ensuring(Effect.sync(() => {
+            for (const waiter of slot.waiting.splice(0)) waiter(slot.endpoint)
+          }))
+        )
+      )
+    }
+
+    const sweep = setInterval(() => {
+      const now = Date.now()
+      for (const [key, at] of early) if (now - at >= EARLY_CANCEL_MILLIS) early.delete(key)
+      for (const [user, slot] of slots) {
+        if (slot.endpoint === undefined || slot.active > 0 || now - slot.usedAt < idleMillis) continue
+        slots.delete(user)
+        replica.runService(Scope.close(slot.scope, Exit.void))
+      }
+    }, Math.min(EARLY_CANCEL_MILLIS, Math.max(1_000, idleMillis / 4)))
+    sweep.unref()
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        clearInterval(sweep)
+        // Not a success: the calls still in flight are answered that this replica stopped (`ToolCall`).
+        const closing = [...slots.values()].map((slot) => Scope.close(slot.scope, Exit.interrupt(FiberId.none)))
+        slots.clear()
+        return Effect.all(closing, { discard: true })
+      })
+    )
 
     /**
      * Cancellations that came before their request reached its endpoint (the first request of a
@@ -115,17 +173,21 @@ export const serve = (replica: Replica.Replica) =>
       const decoded = JsonRpc.decodeFrame(Bus.text(m))
       if (Either.isLeft(decoded) || decoded.right._tag !== "Request") return
       const request = decoded.right.message
-      replica.runService(
-        Effect.gen(function*() {
-          const scope = yield* Scope.make()
-          const endpoint = yield* Scope.extend(RcMap.get(endpoints, user), scope)
-          const release = () => void replica.runService(Scope.close(scope, Exit.void))
-          const ex = exchangeOn(endpoint, Subjects.EdgeId(edge), exchange, release)
-          const key = `${edge}/${exchange}`
-          if (cancelled(key)) return ex.end()
-          answer(endpoint, request, ex, key, m.header(Subjects.Header.traceparent))
+      const traceparent = m.header(Subjects.Header.traceparent)
+      withEndpoint(user, (slot, endpoint) => {
+        if (endpoint === undefined) {
+          const out = link.exchange(Subjects.EdgeId(edge), Subjects.ConnId(NO_ENDPOINT), exchange)
+          return out.send(failure(request.id, ErrorCode.ServerError, "the registry could not read this user's tools; try again"), { end: true })
+        }
+        slot.active++
+        const ex = exchangeOn(endpoint, Subjects.EdgeId(edge), exchange, () => {
+          slot.active--
+          slot.usedAt = Date.now()
         })
-      )
+        const key = `${edge}/${exchange}`
+        if (cancelled(key)) return ex.end()
+        answer(endpoint, request, ex, key, traceparent)
+      })
     }
 
     /** Where a request's answer goes: the edge's exchange; the endpoint is let go with the answer. */
@@ -192,18 +254,11 @@ export const serve = (replica: Replica.Replica) =>
     const onCancelled = (m: Bus.BusMessage) => {
       const user = m.header(Subjects.Header.user)
       const key = `${m.header(Subjects.Header.edge)}/${m.header(Subjects.Header.http)}`
-      const endpoint = user === undefined ? undefined : live.get(user)
+      const endpoint = user === undefined ? undefined : slots.get(user)?.endpoint
       if (endpoint?.calls?.cancel(key, "the client closed the request's stream") === true) return
       if (early.size >= 10_000) early.clear()
       early.set(key, Date.now())
     }
-
-    const sweep = setInterval(() => {
-      const now = Date.now()
-      for (const [key, at] of early) if (now - at >= EARLY_CANCEL_MILLIS) early.delete(key)
-    }, EARLY_CANCEL_MILLIS)
-    sweep.unref()
-    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(sweep)))
 
     yield* bus.subscribe(Subjects.stateless("registry"), onRequest, { queue: Subjects.Queue.service("registry") })
     yield* bus.subscribe(Subjects.statelessCancelled("registry"), onCancelled)
