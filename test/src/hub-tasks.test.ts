@@ -91,11 +91,11 @@ const settled = (base: string, t: string, taskId: string, timeout = 20_000) =>
   })
 
 /** Waits until `ok` holds of what `probe` sees (a tab's tools to appear, a page to be called). */
-const until = (ok: () => boolean, what: string, probe: Effect.Effect<unknown> = Effect.void) =>
+const until = (ok: () => boolean, what: string, probe: Effect.Effect<unknown> = Effect.void, timeout = 10_000) =>
   Effect.gen(function*() {
     const started = Date.now()
     while (!ok()) {
-      if (Date.now() - started > 10_000) return yield* Effect.dieMessage(`never: ${what}`)
+      if (Date.now() - started > timeout) return yield* Effect.dieMessage(`never: ${what}`)
       yield* probe
       yield* Effect.sleep("20 millis")
     }
@@ -284,5 +284,30 @@ describe("/hub tasks across processes", () => {
         result: { content: [{ type: "text", text: "shop:getCart:replica" }] },
         statusMessage: expect.stringContaining("sent again")
       })
+    }).pipe(withNats), 120_000)
+
+  it.live("a task whose replica was SIGKILLed is run again once that replica's liveness key lapses", () =>
+    Effect.gen(function*() {
+      const { url } = yield* NatsServer
+      const { edges: [a], namespace, registries: [first] } = yield* Processes.deployment(url, { edges: 1, registry: true })
+      if (a === undefined || first === undefined) return yield* Effect.dieMessage("the deployment is short of an edge or a replica")
+      const { gate, open } = gated()
+      const shop = yield* tab(a.ws, page("shop", ["getCart"], { gate }), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
+      const t = yield* token({ sub: "alice" })
+      yield* listed(a.url, t, NAME)
+      const taskId = yield* createTask(a.url, t, NAME, "killed")
+      yield* until(() => shop.executed.length === 1, "the page is called")
+      const second = yield* Processes.registry({ natsUrl: url, namespace })
+      yield* first.kill("SIGKILL")
+      yield* first.exited
+      // Until its key lapses the dead replica counts as running the call: the task stays working.
+      expect(resultOf(yield* taskRequest(a.url, t, "tasks/get", taskId))).toMatchObject({ status: "working" })
+      expect(shop.executed).toHaveLength(1)
+      yield* until(() => shop.executed.length === 2, "the call is sent again", Effect.asVoid(taskRequest(a.url, t, "tasks/get", taskId)), 20_000)
+      // The tab's answers reach a call through the tab's actor, which the survivor adopts from KV
+      // on its own sweep: an answer before that is lost, for a task's call as for any other.
+      yield* until(() => /adopted \d+ connections/.test(second.output()), "the survivor adopts the tab", Effect.void, 20_000)
+      open()
+      expect(yield* settled(a.url, t, taskId)).toMatchObject({ status: "completed", result: { content: [{ type: "text", text: "shop:getCart:killed" }] } })
     }).pipe(withNats), 120_000)
 })
