@@ -207,6 +207,7 @@ describe("/hub tasks (MCP 2026-07-28, io.modelcontextprotocol/tasks)", () => {
       }
       expect(errorOf(yield* taskRequest(base, alice, "tasks/get", "00000000-0000-0000-0000-000000000000"))).toEqual([200, -32602])
       expect(errorOf(yield* taskRequest(base, alice, "tasks/get", ""))).toEqual([200, -32602])
+      expect(errorOf(yield* taskRequest(base, alice, "tasks/get", "x".repeat(2_000)))).toEqual([200, -32602])
       expect(errorOf(yield* taskRequest(base, alice, "tasks/get", taskId, { "mcp-name": "other" }))).toEqual([400, -32020])
       const undeclared = yield* taskRequest(base, alice, "tasks/get", taskId, {}, plain)
       expect(errorOf(undeclared)).toEqual([400, -32021])

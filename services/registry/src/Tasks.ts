@@ -26,6 +26,8 @@ export const PollIntervalMillis = 1_000
 /** A task's call among its user's calls on a replica: apart from requests' `<edge>/<exchange>` keys. */
 export const callKey = (taskId: string) => `task:${taskId}`
 
+const TASK_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
 /** What the extension's examples say, and a client may show. */
 const NOT_FOUND = "Failed to retrieve task: Task not found"
 
@@ -76,8 +78,8 @@ export const make = (replica: Replica.Replica, run: Run) =>
 
     const read = (user: string, taskId: string) =>
       Effect.gen(function*() {
-        // Ids are ours (UUIDs); anything else was never a task, and would make no KV key.
-        if (taskId === "") return Option.none()
+        // Ids are ours (UUIDs): anything else was never a task, and is not looked up at all.
+        if (!TASK_ID.test(taskId)) return Option.none()
         const key = Subjects.Key.task(user, taskId)
         const found = yield* tasks.get(key)
         if (Option.isNone(found)) return found
