@@ -46,6 +46,8 @@ export const Header = {
   lastEventId: "sb-last-event-id",
   /** On a hand-off's `hold` to the edge and the marker the edge puts on the connection's subject: which hand-off. */
   handoff: "sb-handoff",
+  /** On a `taskCancelled` broadcast: which task of the user. */
+  task: "sb-task",
   traceparent: "traceparent",
   tracestate: "tracestate"
 } as const
@@ -101,6 +103,11 @@ export const stateless = (service: ServiceName): string => `${service}.stateless
  */
 export const statelessCancelled = (service: ServiceName): string => `${service}.stateless.cancelled`
 /**
+ * A client cancelled a task (`tasks/cancel`, headers user and task): to every replica of the
+ * service, since the one running the task's call is not the one that took the cancel.
+ */
+export const taskCancelled = (service: ServiceName): string => `${service}.tasks.cancelled`
+/**
  * A user's tools may have changed (a tab registered, updated or closed, a tool was cached): one
  * empty message, to every edge that holds a `subscriptions/listen` stream of that user.
  */
@@ -141,7 +148,13 @@ export const Bucket = {
   /** MCP-B: user.domain.tab → a tab and its tools; user.domain.tool → a cached tool; conn → a socket's session. */
   tabs: { name: "registry_tabs" },
   cachedTools: { name: "registry_cached_tools" },
-  registrySessions: { name: "registry_sessions" }
+  registrySessions: { name: "registry_sessions" },
+  /**
+   * MCP 2026-07-28 tasks: user.task → a task's state and result. Its entries' age limit is the
+   * registry's `REGISTRY_TASK_TTL`, given where the bucket is opened; the first replica to create
+   * the bucket sets it.
+   */
+  tasks: { name: "registry_tasks" }
 } as const satisfies Record<string, BucketSpec>
 
 /** KV keys use `.` as a token separator, so a prefix is a subject-style filter (`a.b.>`). */
@@ -168,5 +181,11 @@ export const Key = {
   /** Everything of one user in a registry bucket (tabs or cached tools). */
   userTools: (user: string): string => `${tokenOf(user)}.>`,
   tab: (user: string, domain: string, tabId: number): string => `${tokenOf(user)}.${tokenOf(domain)}.${tabId}`,
-  cachedTool: (user: string, domain: string, tool: string): string => `${tokenOf(user)}.${tokenOf(domain)}.${tokenOf(tool)}`
+  cachedTool: (user: string, domain: string, tool: string): string => `${tokenOf(user)}.${tokenOf(domain)}.${tokenOf(tool)}`,
+  /**
+   * A task under its owner: a task id is looked up only under the asking user, so another user's
+   * id is not found. Ids come from clients too: encoded like user names.
+   */
+  task: (user: string, taskId: string): string => `${tokenOf(user)}.${tokenOf(taskId)}`,
+  userTasks: (user: string): string => `${tokenOf(user)}.>`
 } as const

@@ -29,8 +29,20 @@ export const ErrorCode = {
   UnsupportedProtocolVersion: -32022
 } as const
 
+/**
+ * The tasks extension (`io.modelcontextprotocol/tasks`, ext-tasks `specification/draft/tasks.md`):
+ * a client that declares it in a request's capabilities may get a task handle for a `tools/call`
+ * instead of its result, and polls for the result.
+ */
+export const TasksExtension = "io.modelcontextprotocol/tasks"
+
+/** The extension's methods: each names its task in `params.taskId`, and on HTTP in `Mcp-Name` too. */
+export const TaskMethods = ["tasks/get", "tasks/update", "tasks/cancel"] as const
+export type TaskMethod = (typeof TaskMethods)[number]
+export const isTaskMethod = (m: string): m is TaskMethod => (TaskMethods as ReadonlyArray<string>).includes(m)
+
 /** The methods the hub serves in the modern era; any other is 404 with -32601. */
-export const Methods = ["server/discover", "tools/list", "tools/call", "subscriptions/listen"] as const
+export const Methods = ["server/discover", "tools/list", "tools/call", "subscriptions/listen", ...TaskMethods] as const
 export type Method = (typeof Methods)[number]
 export const isMethod = (m: string): m is Method => (Methods as ReadonlyArray<string>).includes(m)
 
@@ -47,7 +59,7 @@ export const ToolsListTtlMillis = 5_000
 export const discoverResult = (supported: ReadonlyArray<string>) => ({
   resultType: "complete",
   supportedVersions: supported,
-  capabilities: { tools: { listChanged: true } },
+  capabilities: { tools: { listChanged: true }, extensions: { [TasksExtension]: {} } },
   instructions:
     "Tools of the user's open browser tabs, named <domain>_<tab>_<tool>. The list follows the tabs: list again when it changes.",
   // Nothing in it depends on the user, and it changes only with a deployment.
@@ -70,6 +82,13 @@ export const metaOf = (message: Record<string, unknown>): Record<string, unknown
   const params = message["params"]
   const meta = isRecord(params) ? params["_meta"] : undefined
   return isRecord(meta) ? meta : undefined
+}
+
+/** Whether a request's client declared the tasks extension in its capabilities (`extensions`). */
+export const declaresTasks = (message: Record<string, unknown>): boolean => {
+  const capabilities = metaOf(message)?.[Meta.clientCapabilities]
+  const extensions = isRecord(capabilities) ? capabilities["extensions"] : undefined
+  return isRecord(extensions) && isRecord(extensions[TasksExtension])
 }
 
 const utf8 = new TextDecoder()

@@ -342,6 +342,40 @@ export const HubHandoff = Schema.Struct({
 export type HubHandoff = typeof HubHandoff.Type
 export type HttpStreamState = NonNullable<HubHandoff["stream"]>
 
+/** A task's status (ext-tasks); `input_required` never happens here, since a tab asks nothing of the client. */
+export const TaskStatus = Schema.Literal("working", "completed", "failed", "cancelled")
+export type TaskStatus = typeof TaskStatus.Type
+
+/**
+ * One MCP 2026-07-28 task (the `io.modelcontextprotocol/tasks` extension) in the tasks bucket,
+ * under its owner: what `tasks/get` answers on any replica, and what another replica needs to run
+ * the call again when the one running it is gone (`runner` absent or not alive).
+ */
+export const TaskRecord = Schema.Struct({
+  taskId: Schema.String,
+  owner: Schema.String,
+  status: TaskStatus,
+  statusMessage: Schema.optional(Schema.String),
+  /** Epoch milliseconds. */
+  createdAt: Schema.Number,
+  lastUpdatedAt: Schema.Number,
+  ttlMs: Schema.Number,
+  /** The `tools/call` the task stands for, as the client sent it. */
+  call: Schema.Struct({ name: Schema.String, arguments: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })) }),
+  /** The registry replica running the call; absent once that replica stopped without an answer. */
+  runner: Schema.optional(Schema.String),
+  /** How many times the call was sent on its way (more than 1: it was run again after its replica stopped). */
+  runs: Schema.Number,
+  /** A completed task's `CallToolResult`. */
+  result: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  /** A failed task's JSON-RPC error. */
+  error: Schema.optional(Schema.Struct({ code: Schema.Number, message: Schema.String, data: Schema.optional(Schema.Unknown) }))
+})
+export type TaskRecord = typeof TaskRecord.Type
+
+/** The params of `tasks/get`, `tasks/update` and `tasks/cancel`. */
+export const TaskParams = Schema.Struct({ taskId: Schema.String })
+
 // --- the registry's peer protocol: what its actors say to each other --------------------------
 
 /**

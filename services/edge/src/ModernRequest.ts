@@ -90,6 +90,16 @@ export const check = (headers: Http.IncomingHttpHeaders, message: Record<string,
     const bodyName = typeof params === "object" && params !== null && !Array.isArray(params) ? (params as Record<string, unknown>)["name"] : undefined
     if (name !== bodyName) return mismatch(id, `Mcp-Name header value '${raw}' does not match body value '${String(bodyName)}'`)
   }
+  if (Modern.isTaskMethod(method)) {
+    // "the client MUST set the Mcp-Name header to the value of params.taskId" (ext-tasks, Routing Headers).
+    const raw = single(headers["mcp-name"])
+    if (raw === undefined) return mismatch(id, `the Mcp-Name header is required for ${method}`)
+    const name = Modern.decodeHeaderValue(raw)
+    if (name === undefined) return mismatch(id, "the Mcp-Name header is not valid =?base64?…?= encoding")
+    const params = message["params"]
+    const taskId = typeof params === "object" && params !== null && !Array.isArray(params) ? (params as Record<string, unknown>)["taskId"] : undefined
+    if (name !== taskId) return mismatch(id, `Mcp-Name header value '${raw}' does not match body value '${String(taskId)}'`)
+  }
   if (message["id"] === undefined) return NOTIFIED
   const requestId = idOf(message)
   if (requestId === undefined) return refused(400, -32600, "Invalid Request: id must be a string or a number", null)
@@ -97,6 +107,12 @@ export const check = (headers: Http.IncomingHttpHeaders, message: Record<string,
   const capabilities = meta?.[Modern.Meta.clientCapabilities]
   if (typeof capabilities !== "object" || capabilities === null || Array.isArray(capabilities)) {
     return refused(400, -32602, `Invalid params: params._meta must carry ${Modern.Meta.clientCapabilities} (an object; {} declares none)`, requestId)
+  }
+  if (Modern.isTaskMethod(method) && !Modern.declaresTasks(message)) {
+    // The extension says so for tasks/get, tasks/update and tasks/cancel; as any -32021 over HTTP, with 400.
+    return refused(400, Modern.ErrorCode.MissingRequiredClientCapability, `Missing required client capability: ${method} needs the ${Modern.TasksExtension} extension`, requestId, {
+      requiredCapabilities: { extensions: { [Modern.TasksExtension]: {} } }
+    })
   }
   return { kind: "request", method, id: requestId }
 }

@@ -50,6 +50,25 @@ describe("ModernRequest", () => {
     expect(refusal(headers(), { jsonrpc: "2.0", id: 1, result: {} })[1]).toBe(-32600)
   })
 
+  it("tasks/get, tasks/update and tasks/cancel need Mcp-Name equal to params.taskId and a client that declared the tasks extension", () => {
+    const declared = meta({ [Modern.Meta.clientCapabilities]: { extensions: { [Modern.TasksExtension]: {} } } })
+    const task = (method: string, m: Record<string, unknown> = declared) => ({ jsonrpc: "2.0", id: 8, method, params: { taskId: "t-1", _meta: m } })
+    const taskHeaders = (method: string, extra: Record<string, string> = {}) => ({ "mcp-protocol-version": V, "mcp-method": method, "mcp-name": "t-1", ...extra })
+    for (const method of ["tasks/get", "tasks/update", "tasks/cancel"]) {
+      expect(ModernRequest.check(taskHeaders(method), task(method))).toEqual({ kind: "request", method, id: 8 })
+      expect(ModernRequest.check(taskHeaders(method, { "mcp-name": "t-2" }), task(method))).toMatchObject({ kind: "refused", status: 400, code: -32020 })
+      const { "mcp-name": _, ...noName } = taskHeaders(method)
+      expect(ModernRequest.check(noName, task(method))).toMatchObject({ kind: "refused", status: 400, code: -32020 })
+      expect(ModernRequest.check(taskHeaders(method), task(method, meta()))).toMatchObject({
+        kind: "refused",
+        status: 400,
+        code: -32021,
+        data: { requiredCapabilities: { extensions: { [Modern.TasksExtension]: {} } } }
+      })
+    }
+    expect(ModernRequest.check(taskHeaders("tasks/get"), task("tasks/get", meta({ [Modern.Meta.clientCapabilities]: { extensions: { [Modern.TasksExtension]: true } } })))).toMatchObject({ code: -32021 })
+  })
+
   it("takes a notification without acting on it", () => {
     const cancelled = { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 1, _meta: meta() } }
     expect(ModernRequest.check({ "mcp-protocol-version": V, "mcp-method": "notifications/cancelled" }, cancelled)).toEqual({ kind: "notification" })

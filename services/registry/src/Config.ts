@@ -66,3 +66,13 @@ export const statelessIdle = Settings.duration(
   "5 minutes",
   "How long a replica keeps a user's tool view warm after that user's last MCP 2026-07-28 request (no session): the next request then needs no KV read"
 )
+export const maxTasksPerUser = Settings.positiveInt(
+  "REGISTRY_MAX_TASKS_PER_USER",
+  100,
+  "MCP 2026-07-28 tasks one user may have stored at once (working or finished, until REGISTRY_TASK_TTL); past it, a tools/call is answered directly, without a task"
+)
+export const taskTtl = Settings.duration(
+  "REGISTRY_TASK_TTL",
+  "1 hour",
+  "How long an MCP 2026-07-28 task and its result are kept from its creation (its ttlMs); the tasks bucket's age limit"
+)

@@ -2,7 +2,8 @@
  * The tool registry: the MCP-B hub (`shared/specs/mcp-b.md`) as a service. Tab bridges connect at
  * `/tabs` and register their page's tools (`TabSession.ts`); MCP clients connect at `/hub` and see
  * all their user's tools as one MCP server (`HubSession.ts`, with its calls in `ToolCall.ts`), and
- * MCP 2026-07-28 requests, which need no session, reach any replica (`Stateless.ts`).
+ * MCP 2026-07-28 requests, which need no session, reach any replica (`Stateless.ts`, with its
+ * tasks in `Tasks.ts`).
  * This module only wires them: one actor per connection, the replica's shared state
  * (`Replica.ts`), and the sweep of tab entries left behind (`StaleTabSweep.ts`).
  */
@@ -21,6 +22,7 @@ export const make = Effect.gen(function*() {
   const hub = HubSession.make(replica)
   yield* Actors.host({
     service: "registry",
+    replica: replica.id,
     protocol: Replica.peers,
     replicaHeartbeat: replica.config.replicaHeartbeat,
     shutdownGrace: replica.config.shutdownGrace,

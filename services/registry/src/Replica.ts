@@ -10,6 +10,7 @@ import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
+import { randomUUID } from "node:crypto"
 import * as RegistryConfig from "./Config.ts"
 import * as Views from "./Views.ts"
 
@@ -44,12 +45,17 @@ export const make = Effect.gen(function*() {
       idle: yield* RegistryConfig.httpSessionIdle
     },
     maxHttpSessionsPerUser: yield* RegistryConfig.maxHttpSessionsPerUser,
-    statelessIdle: yield* RegistryConfig.statelessIdle
+    statelessIdle: yield* RegistryConfig.statelessIdle,
+    maxTasksPerUser: yield* RegistryConfig.maxTasksPerUser,
+    taskTtl: yield* RegistryConfig.taskTtl
   }
   // Fibers an actor starts now and then (a tab to open) run here, not in a FiberSet per actor.
   const runService = yield* FiberSet.makeRuntime<never>()
   const sessions = Actors.sessionStore(Kv.typed(yield* kv.bucket(Subjects.Bucket.registrySessions), Registry.SessionRecord))
   return {
+    /** This replica's id: its liveness key in the replicas bucket, and the runner a task names. */
+    id: randomUUID(),
+    kv,
     auth,
     bus,
     link,

@@ -5,7 +5,8 @@
  * exchange the request names. Per user, a replica keeps what answering needs warm for a while
  * after the user's last request (`REGISTRY_STATELESS_IDLE`): the user's view, followed from KV on
  * first use, and the user's calls, whose tabs answer on a subject of their own. Nothing is read
- * from KV per request, and nothing outlives the request but that warm endpoint.
+ * from KV per request, and nothing outlives the request but that warm endpoint, except a task
+ * (`Tasks.ts`): a client that declares the tasks extension gets one for its `tools/call`.
  */
 import { Bus, Subjects } from "@switchboard/bus"
 import { JsonRpc, Modern, Registry } from "@switchboard/protocol"
@@ -22,6 +23,7 @@ import { randomUUID } from "node:crypto"
 import type * as HubTransport from "./HubTransport.ts"
 import { failure } from "./Replies.ts"
 import * as Replica from "./Replica.ts"
+import * as Tasks from "./Tasks.ts"
 import * as ToolCall from "./ToolCall.ts"
 import * as ToolsPage from "./ToolsPage.ts"
 import type * as Views from "./Views.ts"
@@ -152,6 +154,23 @@ export const serve = (replica: Replica.Replica) =>
       })
     )
 
+    /** A task's call, on this replica: it holds the user's endpoint until it answers into the task. */
+    const runTask: Tasks.Run = (user, task) =>
+      withEndpoint(user, (slot, endpoint) => {
+        const params: Registry.ToolsCallParams = { name: task.call.name, ...(task.call.arguments === undefined ? {} : { arguments: task.call.arguments }) }
+        if (endpoint === undefined) {
+          return tasks.exchange(user, task.taskId, () => {}).reply(failure(task.taskId, ErrorCode.ServerError, "the registry could not read this user's tools"))
+        }
+        slot.active++
+        const ex = tasks.exchange(user, task.taskId, () => {
+          slot.active--
+          slot.usedAt = Date.now()
+        })
+        endpoint.calls?.start({ id: task.taskId, method: "tools/call", params }, params, ex, undefined, Tasks.callKey(task.taskId))
+      })
+    // After the endpoints: a stopping replica lets its tasks go before their calls end.
+    const tasks = yield* Tasks.make(replica, runTask)
+
     /**
      * Cancellations that came before their request reached its endpoint (the first request of a
      * user waits for the view): the call is dropped when it starts.
@@ -225,30 +244,47 @@ export const serve = (replica: Replica.Replica) =>
         case "tools/call": {
           const params = decodeCallParams(request.params)
           if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
-          const start = (span: Tracer.Span | undefined) => endpoint.calls?.start(request, params.right, ex, span, key)
-          if (!replica.traced) return start(undefined)
-          return replica.runService(
-            Effect.currentSpan.pipe(
-              Effect.map(start),
-              Effect.withSpan("registry.call", {
-                kind: "server",
-                attributes: {
-                  "rpc.method": "tools/call",
-                  "mcp.tool.name": params.right.name,
-                  "mcp.request.id": String(request.id),
-                  "mcp.protocol.version": Modern.Versions[0],
-                  "user_id": endpoint.user()
-                }
-              }),
-              Telemetry.withRemoteParent(traceparent),
-              Effect.ignore
+          // A client that takes a task gets one for any tool it may call (tools/list lists it):
+          // its call may wait for a tab to open or retry for many seconds, and no HTTP stream
+          // has to stay open meanwhile. An unknown tool is answered at once, as without tasks.
+          if (Modern.declaresTasks(request) && endpoint.view().aggregate().byName.has(params.right.name)) {
+            return replica.runService(
+              Effect.map(tasks.create(endpoint.user(), request, params.right, ex), (created) => (created ? undefined : call(endpoint, request, params.right, ex, key, traceparent)))
             )
-          )
+          }
+          return call(endpoint, request, params.right, ex, key, traceparent)
         }
+        case "tasks/get":
+        case "tasks/update":
+        case "tasks/cancel":
+          return replica.runService(tasks.handle(endpoint.user(), request, ex))
         default:
           // The edge sends only the methods this era serves here; this is the replica's own check.
           return ex.reply(failure(request.id, ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
       }
+    }
+
+    /** A `tools/call` answered on its request's exchange. */
+    const call = (endpoint: Endpoint, request: JsonRpc.Request, params: Registry.ToolsCallParams, ex: HubTransport.Exchange, key: string, traceparent: string | undefined) => {
+      const start = (span: Tracer.Span | undefined) => endpoint.calls?.start(request, params, ex, span, key)
+      if (!replica.traced) return start(undefined)
+      return replica.runService(
+        Effect.currentSpan.pipe(
+          Effect.map(start),
+          Effect.withSpan("registry.call", {
+            kind: "server",
+            attributes: {
+              "rpc.method": "tools/call",
+              "mcp.tool.name": params.name,
+              "mcp.request.id": String(request.id),
+              "mcp.protocol.version": Modern.Versions[0],
+              "user_id": endpoint.user()
+            }
+          }),
+          Telemetry.withRemoteParent(traceparent),
+          Effect.ignore
+        )
+      )
     }
 
     const onCancelled = (m: Bus.BusMessage) => {
@@ -260,6 +296,15 @@ export const serve = (replica: Replica.Replica) =>
       early.set(key, Date.now())
     }
 
+    /** `tasks/cancel` on any replica: the call stops here if its task runs here. */
+    const onTaskCancelled = (m: Bus.BusMessage) => {
+      const user = m.header(Subjects.Header.user)
+      const taskId = m.header(Subjects.Header.task)
+      if (user === undefined || taskId === undefined) return
+      slots.get(user)?.endpoint?.calls?.cancel(Tasks.callKey(taskId), "the client cancelled the task")
+    }
+
     yield* bus.subscribe(Subjects.stateless("registry"), onRequest, { queue: Subjects.Queue.service("registry") })
     yield* bus.subscribe(Subjects.statelessCancelled("registry"), onCancelled)
+    yield* bus.subscribe(Subjects.taskCancelled("registry"), onTaskCancelled)
   })
