@@ -6,7 +6,7 @@
  */
 import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY } from "@modelcontextprotocol/client"
 import * as z from "zod"
-import { permanent, Refused } from "./Refused.ts"
+import { Refused } from "./Refused.ts"
 
 /** The modern revision the bridge speaks to the hub. */
 export const MODERN = "2026-07-28"
@@ -58,8 +58,9 @@ export const probe = async (url: URL, token: string, version: string, signal: Ab
   if (response.status === 401 || response.status === 403) throw new Refused({ url: name, endpoint: url.pathname, status: response.status })
   if (transient(response.status)) throw new HubUnavailable(`HTTP ${response.status} from ${url.origin}${url.pathname}`)
   // 404 and 405 included: a hub that serves /hub over WebSocket only; its upgrade decides the rest.
-  if (response.status !== 200 || !(response.headers.get("content-type") ?? "").startsWith("application/json")) {
-    return { _tag: "Legacy", why: `server/discover answered HTTP ${response.status}${permanent(response.status) ? "" : ` ${response.headers.get("content-type") ?? ""}`}`.trim() }
+  if (response.status !== 200) return { _tag: "Legacy", why: `server/discover answered HTTP ${response.status}` }
+  if (!(response.headers.get("content-type") ?? "").startsWith("application/json")) {
+    return { _tag: "Legacy", why: `server/discover answered ${response.headers.get("content-type") ?? "no content type"}, not JSON` }
   }
   let body: z.infer<typeof Discovered>
   try {
