@@ -22,6 +22,8 @@ import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import { spawn } from "node:child_process"
+import { createServer, type Server } from "node:http"
+import { type AddressInfo, connect } from "node:net"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import type { TestClient } from "./support/Client.ts"
@@ -54,6 +56,43 @@ interface ToolResult {
   readonly isError?: boolean | undefined
   readonly _meta?: Record<string, unknown> | undefined
 }
+
+/**
+ * A Switchboard of before 2026-07-28 in front of `edge`: a POST to /hub is answered as the SDK v1's
+ * stateful Streamable HTTP server answers a request with no session (400, -32000), and WebSocket
+ * upgrades are piped to the real edge. Records each POST's Mcp-Method.
+ */
+const legacyFront = (edge: URL) =>
+  Effect.acquireRelease(
+    Effect.async<{ url: string; server: Server; posts: () => ReadonlyArray<string> }>((resume) => {
+      const posts: Array<string> = []
+      const server = createServer((req, res) => {
+        req.resume()
+        posts.push(String(req.headers["mcp-method"]))
+        res.writeHead(400, { "content-type": "application/json" })
+        res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message: "Bad Request: Server not initialized" }, id: null }))
+      })
+      server.on("upgrade", (req, socket, head) => {
+        const upstream = connect(Number(edge.port), edge.hostname, () => {
+          const lines = [`${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1`]
+          for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`)
+          upstream.write(`${lines.join("\r\n")}\r\n\r\n`)
+          upstream.write(head)
+          socket.pipe(upstream).pipe(socket)
+        })
+        upstream.on("error", () => socket.destroy())
+        socket.on("error", () => upstream.destroy())
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const { port } = server.address() as AddressInfo
+        resume(Effect.succeed({ url: `http://127.0.0.1:${port}`, server, posts: () => posts }))
+      })
+    }),
+    ({ server }) => Effect.async<void>((resume) => {
+      server.closeAllConnections()
+      server.close(() => resume(Effect.void))
+    })
+  )
 
 /** What a test needs of a host, whichever SDK it is. */
 interface Host {
@@ -235,6 +274,31 @@ describe("switchboard-mcp in both MCP eras", () => {
         // The second call went out once, and the hub's serverInfo stayed out of a legacy host's result.
         expect(host.stderr()).toMatch(MODERN_HUB)
         expect(host.stderr()).not.toMatch(/tools\/call .* failed/)
+      }))
+    }), 60_000)
+
+  it.scopedLive("a Switchboard that answers server/discover as a legacy server keeps the WebSocket session, and a modern host is served all the same", () =>
+    Effect.gen(function*() {
+      const sb = yield* switchboard(yield* freePort)
+      const legacy = yield* legacyFront(new URL(sb.url))
+      yield* tab(sb.ws, page("shop", ["getCart"]), { user: "alice", tabId: 1, url: "https://shop.example.com/cart" })
+      const { connected, host } = yield* modernHost(legacy.url, yield* token({ sub: "alice" }), ["--no-browser"])
+      yield* explained(host.stderr, Effect.gen(function*() {
+        expect(connected._tag, host.stderr()).toBe("Right")
+        const getCart = "website_tool_shop_example_com_tab1_getCart"
+        yield* namesUntil(host, (n) => n.includes(getCart))
+        expect(textOf(yield* Effect.promise(() => host.call(getCart, { text: "x" })))).toBe("shop:getCart:x")
+        yield* Queue.takeAll(host.changes)
+        yield* tab(sb.ws, page("docs", ["search"]), { user: "alice", tabId: 2, url: "https://docs.example.org/" })
+        yield* Queue.take(host.changes).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("no list_changed reached the host") }), Effect.orDie)
+        yield* namesUntil(host, (n) => n.includes("website_tool_docs_example_org_tab2_search"))
+        // The probes only (SDK v2's stdio client runs a second, short-lived bridge to probe the era
+        // itself, so there may be two); everything else went over the WebSocket.
+        expect(legacy.posts().length).toBeGreaterThan(0)
+        expect(new Set(legacy.posts())).toEqual(new Set(["server/discover"]))
+        expect(host.stderr()).toMatch(/hub: server\/discover answered HTTP 400; speaking the legacy era over WebSocket at ws:\/\/127\.0\.0\.1:\d+\/hub/)
+        expect(host.stderr()).toMatch(/hub: connected to ws:\/\/127\.0\.0\.1:\d+\/hub/)
+        expect(host.stderr()).not.toMatch(MODERN_HUB)
       }))
     }), 60_000)
 
