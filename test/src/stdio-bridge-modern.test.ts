@@ -221,6 +221,10 @@ describe("switchboard-mcp in both MCP eras", () => {
           yield* namesUntil(host, (n) => n.includes("website_tool_docs_example_org_tab2_search"))
 
           expect(host.stderr()).toMatch(MODERN_HUB)
+          // The edge's side of it: the bridge holds no WebSocket at /hub (the tabs are at /tabs, the browser link at /mcp).
+          const metrics = yield* Effect.promise(() => fetch(`${sb.url}/metrics`).then((r) => r.text()))
+          expect(metrics).toMatch(/switchboard_edge_connections\{path="\/mcp"\} [1-9]/)
+          expect(metrics).not.toMatch(/switchboard_edge_connections\{path="\/hub"\} [1-9]/)
         }))
       }), 60_000)
   }
