@@ -43,6 +43,8 @@ export class ModernHubLink implements Upstream {
   private readonly stopping = new AbortController()
   private readonly backoff = new Backoff()
   private readonly firstAttempt = new FirstAttempt()
+  /** Settles on the first connection, or on a refusal: what a host's opening request waits for. */
+  private readonly decided = new FirstAttempt()
   private refused: Refused | undefined
   private lastError = "no attempt finished yet"
 
@@ -63,7 +65,7 @@ export class ModernHubLink implements Upstream {
   }
 
   async startup(millis: number): Promise<Refused | Unreachable | undefined> {
-    await this.firstAttempt.wait(millis)
+    await this.decided.wait(millis)
     if (this.refused !== undefined) return this.refused
     if (this.client === undefined) return new Unreachable(this.options.name, `${this.lastError}; waited ${millis} ms`)
     return undefined
@@ -131,6 +133,7 @@ export class ModernHubLink implements Upstream {
         if (e instanceof SdkHttpError && (e.status === 401 || e.status === 403)) {
           this.refused = new Refused({ url: this.options.name, endpoint: url.pathname, status: e.status })
           log.error(`hub: ${this.refused.message}; not retrying until restarted with another configuration`)
+          this.decided.done()
           this.firstAttempt.done()
           return
         }
@@ -146,6 +149,7 @@ export class ModernHubLink implements Upstream {
       this.backoff.reset()
       log.info(`hub: MCP ${MODERN} (Streamable HTTP, no session) at ${where}`)
       this.firstAttempt.done()
+      this.decided.done()
       // The host may have listed before the hub first answered.
       this.options.onToolsChanged()
       return this.listen(client, where)
