@@ -1,29 +1,22 @@
 /**
- * One MCP server for the host: the hub's tools relayed as they are (progress, cancellation and
+ * One MCP server for the host, in either era (2025's `initialize` or 2026-07-28's `server/discover`
+ * and per-request `_meta`): the hub's tools relayed as they are (progress, cancellation and
  * list_changed included), plus the browser_* tools forwarded to the user's extension. Calls that
  * cannot reach Switchboard get an error result at once; the links reconnect on their own.
  */
-import { Server } from "@modelcontextprotocol/sdk/server/index.js"
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
-import {
-  type CallToolResult,
-  CallToolRequestSchema,
-  ErrorCode,
-  ListToolsRequestSchema,
-  McpError,
-  type Progress,
-  type Tool
-} from "@modelcontextprotocol/sdk/types.js"
+import { type CallToolResult, ProtocolError, ProtocolErrorCode, Server, type Tool, type Transport } from "@modelcontextprotocol/server"
+import { serveStdio, type StdioServerHandle } from "@modelcontextprotocol/server/stdio"
 import * as Either from "effect/Either"
 import { BrowserLink, NoExtension } from "./BrowserLink.ts"
 import { browserTools, byName } from "./BrowserTools.ts"
-import { HubLink } from "./HubLink.ts"
+import { Hub } from "./Hub.ts"
 import { RpcError } from "./JsonRpcSocket.ts"
 import { describe, type Log } from "./Log.ts"
 import type { Options } from "./Options.ts"
 import { Refused } from "./Refused.ts"
 import { StartupGate } from "./StartupGate.ts"
 import { Unreachable } from "./Unreachable.ts"
+import { type CallOptions, HubRefusal, type ToolCall } from "./Upstream.ts"
 
 /** How long a host's first tools/list waits for the hub's first answer (so it is complete). */
 const FIRST_LIST_WAIT = 3_000
@@ -34,42 +27,30 @@ const FIRST_LIST_WAIT = 3_000
  */
 const STARTUP_WAIT = 5_000
 
-/** A JSON-RPC error of the hub's, as the SDK's server answers a thrown error: its code, message and data. */
-class HubRefusal extends Error {
-  readonly code: number
-  readonly data: unknown
-  constructor(e: McpError) {
-    const prefix = `MCP error ${e.code}: `
-    super(e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message)
-    this.code = e.code
-    this.data = e.data
-  }
-}
-
 const failed = (text: string): CallToolResult => ({ isError: true, content: [{ type: "text", text }] })
 
-export class Bridge {
+/** The server instance serving the host now, and in which era. */
+interface Serving {
   readonly server: Server
-  private readonly hub: HubLink
+  readonly era: "legacy" | "modern"
+  /** A legacy host hears list_changed only once it has said `notifications/initialized`. */
+  initialized: boolean
+}
+
+export class Bridge {
+  private readonly hub: Hub
   private readonly browser: BrowserLink | undefined
-  private initialized = false
+  private serving: Serving | undefined
+  private handle: StdioServerHandle | undefined
 
   constructor(
     private readonly options: Options,
     private readonly log: Log,
-    version: string
+    private readonly version: string
   ) {
-    this.server = new Server(
-      { name: "switchboard-mcp", version, title: "Switchboard" },
-      {
-        capabilities: { tools: { listChanged: true } },
-        instructions:
-          "Tools named website_tool_* run in the user's open web pages through Switchboard; browser_* tools drive the user's browser through the Switchboard extension."
-      }
-    )
-    this.server.oninitialized = () => (this.initialized = true)
-    this.hub = new HubLink({
-      url: options.hubUrl,
+    this.hub = new Hub({
+      wsUrl: options.hubUrl,
+      httpUrl: options.hubHttpUrl,
       name: options.url,
       token: options.token,
       version,
@@ -77,34 +58,67 @@ export class Bridge {
       onToolsChanged: () => this.toolsChanged()
     })
     this.browser = options.browser ? new BrowserLink({ url: options.proxyUrl, name: options.url, token: options.token, extension: options.extension, log }) : undefined
-    this.server.setRequestHandler(ListToolsRequestSchema, () => this.listTools())
-    this.server.setRequestHandler(CallToolRequestSchema, (request, extra) => {
-      const { name } = request.params
-      const browserTool = this.browser === undefined ? undefined : byName.get(name)
-      if (browserTool !== undefined && this.browser !== undefined) return this.callBrowser(this.browser, name, request.params.arguments, extra.signal)
-      const token = request.params._meta?.progressToken
-      const onprogress =
-        token === undefined ? undefined : (p: Progress) => void extra.sendNotification({ method: "notifications/progress", params: { ...p, progressToken: token } }).catch(() => {})
-      return this.callHub(request.params, { signal: extra.signal, ...(onprogress === undefined ? {} : { onprogress }) })
-    })
   }
 
-  /** Starts both upstream links, then serves the host on `transport`. */
-  async serve(transport: Transport): Promise<void> {
+  /**
+   * Starts both upstream links, then serves the host on `transport` in whichever era its opening
+   * message asks for: the SDK's `serveStdio` tells `initialize` from `server/discover` and a `_meta`
+   * envelope, answers `server/discover` and `subscriptions/listen` for a modern host, and asks
+   * `instance` for the server of that era.
+   */
+  serve(transport: Transport): void {
     this.hub.start()
     this.browser?.start()
-    await this.server.connect(new StartupGate(transport, () => this.hub.startup(STARTUP_WAIT)))
+    this.handle = serveStdio(({ era }) => this.instance(era), {
+      transport: new StartupGate(transport, () => this.hub.startup(STARTUP_WAIT)),
+      onerror: (e) => this.log.warn(`host connection: ${describe(e)}`)
+    })
   }
 
   async stop(): Promise<void> {
     this.browser?.stop()
     await this.hub.stop()
-    await this.server.close().catch(() => {})
+    await this.handle?.close().catch(() => {})
+  }
+
+  /** One server of the bridge's tools; the same handlers serve either era. */
+  private instance(era: "legacy" | "modern"): Server {
+    const server = new Server(
+      { name: "switchboard-mcp", version: this.version, title: "Switchboard" },
+      {
+        capabilities: { tools: { listChanged: true } },
+        instructions:
+          "Tools named website_tool_* run in the user's open web pages through Switchboard; browser_* tools drive the user's browser through the Switchboard extension."
+      }
+    )
+    const serving: Serving = { server, era, initialized: false }
+    // A modern host is served from its first request; a probe instance the host abandons for
+    // `initialize` is replaced by the legacy one the SDK asks for next.
+    this.serving = serving
+    server.oninitialized = () => (serving.initialized = true)
+    server.setRequestHandler("tools/list", () => this.listTools())
+    server.setRequestHandler("tools/call", (request, ctx) => {
+      const { name } = request.params
+      const browserTool = this.browser === undefined ? undefined : byName.get(name)
+      if (browserTool !== undefined && this.browser !== undefined) return this.callBrowser(this.browser, name, request.params.arguments, ctx.mcpReq.signal)
+      const token = ctx.mcpReq._meta?.progressToken
+      const options: CallOptions = {
+        signal: ctx.mcpReq.signal,
+        ...(token === undefined
+          ? {}
+          : { onprogress: (p) => void ctx.mcpReq.notify({ method: "notifications/progress", params: { ...p, progressToken: token } }).catch(() => {}) })
+      }
+      return this.callHub({ name, arguments: request.params.arguments }, options)
+    })
+    return server
   }
 
   private toolsChanged() {
-    if (!this.initialized) return
-    this.server.sendToolListChanged().catch((e: unknown) => this.log.warn(`could not tell the host its tools changed: ${describe(e)}`))
+    const serving = this.serving
+    // A modern host's change notifications go out on its subscriptions/listen streams (serveStdio
+    // routes them there, and drops them when it has none).
+    if (serving === undefined || (serving.era === "legacy" && !serving.initialized)) return
+    serving.server.sendToolListChanged().catch((e: unknown) => this.log.warn(`could not tell the host its tools changed: ${describe(e)}`))
   }
 
   private async listTools(): Promise<{ tools: Array<Tool> }> {
@@ -115,23 +129,22 @@ export class Bridge {
     return { tools: [...(hub as Array<Tool>), ...own] }
   }
 
-  private async callHub(params: Parameters<HubLink["call"]>[0], options: Parameters<HubLink["call"]>[1]): Promise<CallToolResult> {
+  private async callHub(params: ToolCall, options: CallOptions): Promise<CallToolResult> {
     await this.hub.ready(FIRST_LIST_WAIT)
     try {
       return await this.hub.call(params, options)
     } catch (e) {
       if (e instanceof Unreachable || e instanceof Refused) return failed(e.message)
       // The hub's own JSON-RPC errors (-32602 unknown tool, -32001 TabNotFound, ...) reach the host as
-      // the hub sent them: the SDK's McpError has already put "MCP error <code>: " in front, and the
-      // host's SDK puts it there again.
-      if (e instanceof McpError) throw new HubRefusal(e)
-      throw new McpError(ErrorCode.InternalError, describe(e))
+      // the hub sent them, code, message and data.
+      if (e instanceof HubRefusal) throw e
+      throw new ProtocolError(ProtocolErrorCode.InternalError, describe(e))
     }
   }
 
   private async callBrowser(browser: BrowserLink, name: string, args: unknown, signal: AbortSignal): Promise<CallToolResult> {
     const tool = byName.get(name)
-    if (tool === undefined) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`)
+    if (tool === undefined) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${name}`)
     const params = tool.params(args)
     if (Either.isLeft(params)) return failed(params.left)
     await browser.ready(FIRST_LIST_WAIT)

@@ -4,7 +4,7 @@
  * not `navigate`); the spec names no parameters beyond `createTab {url}`, so the ones here are
  * ours: `url`, `tabId`, `selector`, `text`, `fullPage`, and `method`/`params` for CDP.
  */
-import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js"
+import type { CallToolResult, Tool } from "@modelcontextprotocol/server"
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
@@ -40,7 +40,7 @@ const define = <A extends Record<string, unknown>, I>(
   method: string,
   description: string,
   schema: Schema.Schema<A, I>,
-  properties: Record<string, object>,
+  properties: NonNullable<Tool["inputSchema"]["properties"]>,
   required: ReadonlyArray<string>,
   extra: { readonly readOnly?: boolean; readonly destructive?: boolean; readonly answer?: (result: unknown) => CallToolResult } = {}
 ): BrowserTool => ({

@@ -1,20 +1,14 @@
 /**
- * The bridge's session with the user's tool hub (`/hub`, MCP over WebSocket), kept up for as long
- * as the bridge runs: it reconnects with backoff whenever the socket drops, remembers the last
- * tool list it saw, and tells the bridge when the host should list again.
+ * The bridge's legacy-era session with the user's tool hub (`/hub`, MCP over WebSocket), used when
+ * the hub does not offer 2026-07-28, kept up for as long as the bridge runs: it reconnects with
+ * backoff whenever the socket drops, remembers the last tool list it saw, and tells the bridge when
+ * the host should list again.
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { type RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.js"
-import {
-  CallToolResultSchema,
-  type CallToolRequest,
-  type CallToolResult,
-  ErrorCode,
-  McpError,
-  ToolListChangedNotificationSchema
-} from "@modelcontextprotocol/sdk/types.js"
+import { CallToolResultSchema, ErrorCode, McpError, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
+import type { CallToolResult } from "@modelcontextprotocol/server"
 import { setTimeout as sleep } from "node:timers/promises"
-import * as z from "zod"
 import { Backoff } from "./Backoff.ts"
 import { HubTransport } from "./HubTransport.ts"
 import { describe, type Log } from "./Log.ts"
@@ -22,21 +16,14 @@ import { FirstAttempt } from "./FirstAttempt.ts"
 import { permanent, Refused } from "./Refused.ts"
 import { UpgradeRefused } from "./Socket.ts"
 import { Unreachable } from "./Unreachable.ts"
-
-/**
- * A tool as the hub lists it, every field kept: the SDK's own schema drops fields it does not know
- * (the registry's `annotations.cache`), and the bridge relays rather than interprets.
- */
-const HubTool = z.looseObject({ name: z.string(), inputSchema: z.looseObject({ type: z.literal("object") }) })
-export type HubTool = z.infer<typeof HubTool>
-const ToolsPage = z.looseObject({ tools: z.array(HubTool), nextCursor: z.string().optional() })
+import { type CallOptions, HubRefusal, type HubTool, ToolsPage, type ToolCall, type Upstream } from "./Upstream.ts"
 
 /** How long a request of the bridge's own (initialize, a tools/list page) may take. */
-const CONTROL_TIMEOUT = 10_000
+export const CONTROL_TIMEOUT = 10_000
 /** A relayed call's upper bound; the hub has its own per-call timeout, and the host can cancel. */
-const CALL_TIMEOUT = 10 * 60_000
+export const CALL_TIMEOUT = 10 * 60_000
 /** More pages than this is a hub that keeps handing out cursors. */
-const MAX_PAGES = 1_000
+export const MAX_PAGES = 1_000
 /** A connection that lived this long resets the backoff; one that drops at once keeps growing it. */
 const STABLE_AFTER = 10_000
 
@@ -51,7 +38,7 @@ export interface HubLinkOptions {
   readonly onToolsChanged: () => void
 }
 
-export class HubLink {
+export class HubLink implements Upstream {
   private client: Client | undefined
   private known: ReadonlyArray<HubTool> = []
   private readonly stopping = new AbortController()
@@ -123,19 +110,19 @@ export class HubLink {
   }
 
   /** Relays one tools/call; the host's progress and cancellation ride along in `options`. */
-  async call(params: CallToolRequest["params"], options: Pick<RequestOptions, "signal" | "onprogress">): Promise<CallToolResult> {
+  async call(params: ToolCall, options: CallOptions): Promise<CallToolResult> {
     const client = this.client
     if (this.refused !== undefined) throw this.refused
     if (client === undefined) throw new Unreachable(this.options.name)
+    const relayed: RequestOptions = { timeout: CALL_TIMEOUT, resetTimeoutOnProgress: true }
+    if (options.signal !== undefined) relayed.signal = options.signal
+    if (options.onprogress !== undefined) relayed.onprogress = options.onprogress
     try {
-      return await client.request({ method: "tools/call", params }, CallToolResultSchema, {
-        ...options,
-        timeout: CALL_TIMEOUT,
-        resetTimeoutOnProgress: true
-      })
+      return await client.request({ method: "tools/call", params: { ...params } }, CallToolResultSchema, relayed)
     } catch (e) {
       // The socket dropped mid-call: the SDK rejects what was in flight with "Connection closed".
       if (this.client !== client || (e instanceof McpError && e.code === ErrorCode.ConnectionClosed)) throw new Unreachable(this.options.name)
+      if (e instanceof McpError) throw new HubRefusal(e.code, e.message, e.data)
       throw e
     }
   }

@@ -7,8 +7,10 @@ import { parseArgs } from "node:util"
 export interface Options {
   /** The Switchboard base URL as given (http(s)), for messages. */
   readonly url: string
-  /** MCP over WebSocket (the user's tool hub). */
+  /** MCP over WebSocket (the user's tool hub), the legacy era's link. */
   readonly hubUrl: URL
+  /** The same hub over Streamable HTTP, where the 2026-07-28 era is spoken. */
+  readonly hubHttpUrl: URL
   /** The MCP Proxy Protocol's client endpoint (browser control). */
   readonly proxyUrl: URL
   readonly token: string
@@ -27,7 +29,9 @@ export const usage = `Usage: switchboard-mcp --url <http(s)://host:port> --token
 
 A stdio MCP server for MCP hosts (Claude Desktop, Claude Code, Cursor, VS Code). It relays every
 tool of your Switchboard hub (/hub) and adds browser_* tools that drive your browser extension
-through the MCP Proxy Protocol (/mcp). Stdout carries MCP only; logs go to stderr.
+through the MCP Proxy Protocol (/mcp). Stdout carries MCP only; logs go to stderr. Hosts of
+either MCP era are served (initialize, or 2026-07-28's server/discover); towards /hub the bridge
+speaks 2026-07-28 over HTTP when Switchboard offers it, else MCP over WebSocket.
 
 Options:
   --url <url>          Switchboard base URL, e.g. http://127.0.0.1:8080 (env SWITCHBOARD_URL).
@@ -48,10 +52,11 @@ last hub tools it saw. It exits when stdin closes or on SIGTERM/SIGINT.
 
 const invalid = (message: string): Parsed => ({ _tag: "Invalid", message })
 
-/** The WebSocket URL of `path` under the base URL, keeping any path prefix the base has. */
-const endpoint = (base: URL, path: string) => {
+/** The WebSocket (or HTTP) URL of `path` under the base URL, keeping any path prefix the base has. */
+const endpoint = (base: URL, path: string, scheme: "ws" | "http" = "ws") => {
   const url = new URL(base.href.endsWith("/") ? base.href : `${base.href}/`)
-  url.protocol = base.protocol === "https:" || base.protocol === "wss:" ? "wss:" : "ws:"
+  const secure = base.protocol === "https:" || base.protocol === "wss:"
+  url.protocol = `${scheme}${secure ? "s" : ""}:`
   url.pathname = `${url.pathname}${path}`
   url.search = ""
   url.hash = ""
@@ -101,6 +106,7 @@ export const parse = (argv: ReadonlyArray<string>, env: Readonly<Record<string, 
     options: {
       url: base.href.replace(/\/$/, ""),
       hubUrl: endpoint(base, "hub"),
+      hubHttpUrl: endpoint(base, "hub", "http"),
       proxyUrl: endpoint(base, "mcp"),
       token,
       extension: nonEmpty(values.extension) ?? nonEmpty(env["SWITCHBOARD_EXTENSION"]),

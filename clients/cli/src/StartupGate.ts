@@ -1,20 +1,33 @@
 /**
- * The host's transport, with its `initialize` held until the bridge knows whether Switchboard will
- * serve it. A refused token or a server that cannot be reached answers the initialize with a
- * JSON-RPC error, so a host (Claude Code's `claude mcp list`) shows the server as failed instead
- * of connected with tools that all fail. Messages behind a held initialize keep their order.
+ * The host's transport, with the host's opening request held until the bridge knows whether
+ * Switchboard will serve it. A refused token or a server that cannot be reached answers that request
+ * with a JSON-RPC error, so a host (Claude Code's `claude mcp list`) shows the server as failed
+ * instead of connected with tools that all fail. The opening request is `initialize` for a legacy
+ * host and `server/discover` (or, for one that skips it, its first request) for a modern one.
+ * Messages behind a held request keep their order.
  */
-import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js"
-import { ErrorCode, isJSONRPCRequest, type JSONRPCMessage, type MessageExtraInfo } from "@modelcontextprotocol/sdk/types.js"
+import {
+  isJSONRPCRequest,
+  type JSONRPCMessage,
+  type MessageExtraInfo,
+  ProtocolErrorCode,
+  type Transport,
+  type TransportSendOptions
+} from "@modelcontextprotocol/server"
 
 /** Resolves to why the host cannot have a session, or `undefined` when it can. */
 export type Startup = () => Promise<Error | undefined>
 
+/** The requests that open a connection in either era. */
+const OPENING = new Set(["initialize", "server/discover"])
+
 export class StartupGate implements Transport {
   onclose?: () => void
   onerror?: (error: Error) => void
-  onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void
+  onmessage?: <T extends JSONRPCMessage>(message: T, extra?: MessageExtraInfo) => void
   private queue: Promise<void> = Promise.resolve()
+  /** Set once a request went through: later ones (a modern host's, not opening) pass straight on. */
+  private opened = false
 
   constructor(
     private readonly inner: Transport,
@@ -47,11 +60,12 @@ export class StartupGate implements Transport {
   }
 
   private async receive(message: JSONRPCMessage, extra?: MessageExtraInfo) {
-    if (isJSONRPCRequest(message) && message.method === "initialize") {
+    if (isJSONRPCRequest(message) && (OPENING.has(message.method) || !this.opened)) {
       const refusal = await this.startup()
       if (refusal !== undefined) {
-        return this.inner.send({ jsonrpc: "2.0", id: message.id, error: { code: ErrorCode.InternalError, message: refusal.message } })
+        return this.inner.send({ jsonrpc: "2.0", id: message.id, error: { code: ProtocolErrorCode.InternalError, message: refusal.message } })
       }
+      this.opened = true
     }
     this.onmessage?.(message, extra)
   }

@@ -2,9 +2,7 @@
  * `switchboard-mcp`: parses the command line, then serves the bridge on stdio until the host goes
  * away (stdin ends) or a signal arrives. Usage errors exit 2; nothing but MCP is written to stdout.
  */
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import { readFileSync } from "node:fs"
-import { Bridge } from "./Bridge.ts"
 import * as Log from "./Log.ts"
 import { parse, usage } from "./Options.ts"
 
@@ -25,6 +23,9 @@ switch (parsed._tag) {
     break
   case "Run": {
     const { options } = parsed
+    // Both MCP SDKs take a while to load; --help and --version, and hosts that run them to check a
+    // configuration, need neither.
+    const [{ Bridge }, { StdioServerTransport }] = await Promise.all([import("./Bridge.ts"), import("@modelcontextprotocol/server/stdio")])
     const bridge = new Bridge(options, log, version)
     let stopping = false
     const stop = (why: string) => {
@@ -48,10 +49,7 @@ switch (parsed._tag) {
     process.on("uncaughtException", (e) => log.error(`uncaught: ${e.stack ?? e.message}`))
     process.on("unhandledRejection", (e) => log.error(`unhandled rejection: ${Log.describe(e)}`))
     log.info(`switchboard-mcp ${version}: ${options.url}${options.browser ? "" : " (hub tools only)"}`)
-    bridge.serve(new StdioServerTransport()).catch((e: unknown) => {
-      log.error(`cannot serve on stdio: ${Log.describe(e)}`)
-      process.exit(1)
-    })
+    bridge.serve(new StdioServerTransport())
     break
   }
 }

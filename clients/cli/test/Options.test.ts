@@ -11,8 +11,10 @@ describe("Options", () => {
   it("derives /hub and /mcp from the base URL, keeping a path prefix and the scheme's security", () => {
     const local = run(["--url", "http://127.0.0.1:8080", "--token", "t"])
     expect([local.url, local.hubUrl.href, local.proxyUrl.href]).toEqual(["http://127.0.0.1:8080", "ws://127.0.0.1:8080/hub", "ws://127.0.0.1:8080/mcp"])
+    expect(local.hubHttpUrl.href).toBe("http://127.0.0.1:8080/hub")
     const behind = run(["--url=https://example.com/switchboard/?x=1", "--token=t"])
     expect([behind.hubUrl.href, behind.proxyUrl.href]).toEqual(["wss://example.com/switchboard/hub", "wss://example.com/switchboard/mcp"])
+    expect(behind.hubHttpUrl.href).toBe("https://example.com/switchboard/hub")
   })
 
   it("falls back to SWITCHBOARD_* variables, and options win over them", () => {
