@@ -146,7 +146,9 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     const byEdge = new Liveness.ConnectionsByEdge<Mailbox<R>>()
     /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
     const owned = new Map<Subjects.ConnId, Mailbox<R>>()
-    const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) }
+    /** Inboxes of this replica that are no connection's actor (`inbox`), reached by peer messages alike. */
+    const inboxes = new Map<Subjects.ConnId, Inbox>()
+    const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) ?? inboxes.get(target) }
 
     /** This replica's actors, each as a hand-off needs it. */
     const hosted = new Map<Subjects.ConnId, Handoff.Handover<R>>()
@@ -500,5 +502,20 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     if (options.handoff !== false) yield* Effect.addFinalizer(() => handOverAll)
 
     yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
-    return { replica, handoffs: counts as Readonly<HandoffCounts> }
+    return {
+      replica,
+      handoffs: counts as Readonly<HandoffCounts>,
+      /**
+       * Takes the peer messages this replica's actors send to `id` as they are, in the sender's
+       * turn, rather than over the bus, until the scope closes; messages from other replicas still
+       * arrive on `id`'s subject, which the owner subscribes to itself.
+       */
+      inbox: (id: Subjects.ConnId, inbox: Inbox) =>
+        Effect.acquireRelease(Effect.sync(() => void inboxes.set(id, inbox)), () => Effect.sync(() => void inboxes.delete(id)))
+    }
   })
+
+/** Where peer messages to an id that is no actor go within the replica (see `host`'s `inbox`). */
+export interface Inbox {
+  readonly offer: (message: BusMessage) => void
+}

@@ -20,7 +20,7 @@ export const make = Effect.gen(function*() {
   const replica = yield* Replica.make
   const tab = TabSession.make(replica)
   const hub = HubSession.make(replica)
-  yield* Actors.host({
+  const host = yield* Actors.host({
     service: "registry",
     replica: replica.id,
     protocol: Replica.peers,
@@ -28,7 +28,7 @@ export const make = Effect.gen(function*() {
     shutdownGrace: replica.config.shutdownGrace,
     make: (conn, restored, handedOver) => (conn.open.path === "/tabs" ? tab(conn, restored) : hub(conn, restored, handedOver))
   })
-  yield* Stateless.serve(replica)
+  yield* Stateless.serve(replica, host.inbox)
   yield* StaleTabSweep.run(replica)
 })
 

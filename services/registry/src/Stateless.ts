@@ -8,7 +8,7 @@
  * from KV per request, and nothing outlives the request but that warm endpoint, except a task
  * (`Tasks.ts`): a client that declares the tasks extension gets one for its `tools/call`.
  */
-import { Bus, Subjects } from "@switchboard/bus"
+import { type Actors, Bus, Subjects } from "@switchboard/bus"
 import { JsonRpc, Modern, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -84,7 +84,10 @@ interface Slot {
   usedAt: number
 }
 
-export const serve = (replica: Replica.Replica) =>
+/** The actor host's `inbox`: a tab's actor on this replica then tells an endpoint without the bus. */
+export type LocalInbox = (id: Subjects.ConnId, inbox: Actors.Inbox) => Effect.Effect<void, never, Scope.Scope>
+
+export const serve = (replica: Replica.Replica, local: LocalInbox) =>
   Effect.gen(function*() {
     const { bus, link } = replica
     const idleMillis = Duration.toMillis(replica.config.statelessIdle)
@@ -100,10 +103,13 @@ export const serve = (replica: Replica.Replica) =>
         yield* Effect.addFinalizer(() => Effect.sync(() => view.unlisten(endpoint)))
         // Tabs answer the calls here: a call's id at its tab begins with this endpoint's id.
         const inbox = Replica.peers.inbox(bus, (message) => (message._tag === "FromTab" ? endpoint.calls?.fromTab(message) : undefined))
-        yield* bus.subscribe(Subjects.conn("registry", endpoint.conn.id), (m) => {
+        const offer = (m: Bus.BusMessage) => {
           const effect = inbox(m)
           if (effect !== undefined) replica.runService(effect)
-        })
+        }
+        // From a tab's actor on this replica, as it is (no encoding, no bus); from others, over the bus.
+        yield* local(endpoint.conn.id, { offer })
+        yield* bus.subscribe(Subjects.conn("registry", endpoint.conn.id), offer)
         return endpoint
       }).pipe(Scope.extend(scope))
 
