@@ -492,3 +492,107 @@ export const drive = (flows: ReadonlyArray<Flow>, rate: number) =>
     })
     return { stop }
   })
+
+// --- MCP 2026-07-28 at /hub: no session, every request on its own ----------------------------------
+
+const MODERN = "2026-07-28"
+
+/** One modern POST to `/hub` at the edge `ws`; its answer, the last JSON-RPC message of an SSE stream included. */
+const modernPost = (ws: string, t: string, body: Json, name?: string) =>
+  Effect.tryPromise({
+    try: async (signal) => {
+      const res = await fetch(`${ws.replace(/^ws/, "http")}/hub`, {
+        method: "POST",
+        signal,
+        headers: {
+          authorization: `Bearer ${t}`,
+          accept: "application/json, text/event-stream",
+          "content-type": "application/json",
+          "mcp-protocol-version": MODERN,
+          "mcp-method": String(body["method"]),
+          ...(name === undefined ? {} : { "mcp-name": name })
+        },
+        body: JSON.stringify(body)
+      })
+      const text = await res.text()
+      const last = res.headers.get("content-type")?.startsWith("text/event-stream") === true
+        ? text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).at(-1) ?? ""
+        : text
+      return JSON.parse(last) as Json
+    },
+    catch: (e) => new Unanswered({ reason: `POST /hub: ${String(e)}` })
+  })
+
+const modernMeta = (tasks: boolean) => ({
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientInfo": { name: "chaos-2026", version: "0" },
+  "io.modelcontextprotocol/clientCapabilities": tasks ? { extensions: { "io.modelcontextprotocol/tasks": {} } } : {}
+})
+
+const echoed = (answer: Json, args: Json): Answer => {
+  const error = errorOf(answer)
+  if (error !== undefined) return failed(error)
+  const result = answer["result"] as { readonly isError?: boolean; readonly content?: ReadonlyArray<{ readonly text?: string }> } | undefined
+  if (result?.isError === true) return failed(JSON.stringify(result))
+  return result?.content?.[0]?.text === JSON.stringify(args) ? correct : { outcome: "wrong", detail: JSON.stringify(answer) }
+}
+
+/**
+ * MCP 2026-07-28 clients of `of`'s tool, each request to whichever edge is next: a `tools/call`;
+ * a `subscriptions/listen` that must be acknowledged; and a task, created on one edge and polled
+ * on the next until it completes with the tool's answer.
+ */
+export const modernHubFlows = (ledger: Ledger, edges: Edges, of: { readonly user: string; readonly tool: string }) =>
+  Effect.gen(function*() {
+    const t = yield* token({ sub: of.user, ttl: "2 hours" })
+    const call = freshFlow(ledger, edges, "hub", "hub-2026/call", (_slot, ws) =>
+      Effect.gen(function*() {
+        const args = { modern: true, nonce: randomUUID() }
+        return echoed(yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(false) } }, of.tool), args)
+      }))
+    const listen = freshFlow(ledger, edges, "hub", "hub-2026/listen", (_slot, ws) =>
+      Effect.tryPromise({
+        try: async (signal) => {
+          const controller = new AbortController()
+          signal.addEventListener("abort", () => controller.abort())
+          const res = await fetch(`${ws.replace(/^ws/, "http")}/hub`, {
+            method: "POST",
+            signal: controller.signal,
+            headers: { authorization: `Bearer ${t}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": MODERN, "mcp-method": "subscriptions/listen" },
+            body: JSON.stringify({ jsonrpc: "2.0", id: "listen", method: "subscriptions/listen", params: { notifications: { toolsListChanged: true }, _meta: modernMeta(false) } })
+          })
+          if (res.body === null || res.status !== 200) return failed(`subscriptions/listen answered ${res.status}: ${await res.text()}`)
+          const reader = res.body.getReader()
+          let seen = ""
+          // The acknowledgement is the stream's first message; the stream then stays open until closed here.
+          while (!seen.includes("notifications/subscriptions/acknowledged")) {
+            const { done, value } = await reader.read()
+            if (done) return failed(`the listen stream ended before its acknowledgement: ${seen}`)
+            seen += new TextDecoder().decode(value)
+          }
+          controller.abort()
+          return seen.includes(`"toolsListChanged":true`) ? correct : { outcome: "wrong" as const, detail: seen }
+        },
+        catch: (e) => new Unanswered({ reason: `subscriptions/listen: ${String(e)}` })
+      }))
+    const task = freshFlow(ledger, edges, "hub", "hub-2026/task", (slot, ws) =>
+      Effect.gen(function*() {
+        const args = { task: true, nonce: randomUUID() }
+        const created = yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(true) } }, of.tool)
+        const createdResult = created["result"] as Json | undefined
+        // The hub may answer at once instead (the extension allows it; past the per-user bound it does).
+        if (createdResult?.["resultType"] !== "task") return echoed(created, args)
+        const taskId = createdResult["taskId"]
+        if (typeof taskId !== "string") return failed(`a task without an id: ${JSON.stringify(created)}`)
+        // Polled on the other edges in turn: the task is in KV, not at the edge that made it.
+        for (let i = 1; ; i++) {
+          const at = edges.at((slot + i) % edges.count) ?? ws
+          const got = yield* modernPost(at, t, { jsonrpc: "2.0", id: 2, method: "tasks/get", params: { taskId, _meta: modernMeta(true) } }, taskId)
+          const status = (got["result"] as Json | undefined)?.["status"]
+          if (status === "completed") return echoed({ result: (got["result"] as Json)["result"] as Json }, args)
+          if (status !== "working") return failed(`task ${taskId}: ${JSON.stringify(got)}`)
+          yield* Effect.sleep("100 millis")
+        }
+      }))
+    return [call, listen, task] as const
+  })

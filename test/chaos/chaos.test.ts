@@ -1,7 +1,8 @@
 /**
  * Issue 18's scale-out and chaos suite. Every process is a container of the Switchboard image: a
  * 3-node NATS cluster (state replicated 3 times), 3 edges, and 2 replicas each of auth, router,
- * broker and registry. Steady traffic on every protocol (proxy, MCPx, hub) runs throughout while,
+ * broker and registry. Steady traffic on every protocol (proxy, MCPx, hub, and the hub in MCP
+ * 2026-07-28: calls, listen streams and tasks, each request on any edge) runs throughout while,
  * one at a time: an edge is SIGKILLed; a router, broker and registry replica each is SIGKILLed and
  * another SIGTERMed (each replaced before the next fault); the NATS node leading most KV streams
  * is SIGKILLed and restarted; and every service is restarted one replica at a time.
@@ -18,7 +19,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { writeFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow, mcpxFlow, proxyFlow, TOPIC } from "./Flows.ts"
+import { drive, type Flow, freshHubFlow, freshMcpxFlow, freshProxyFlow, hubFlow, mcpxFlow, modernHubFlows, proxyFlow, TOPIC } from "./Flows.ts"
 import { Ledger, markdown } from "./Ledger.ts"
 import type { Edges } from "./Line.ts"
 import { token } from "../src/support/Stack.ts"
@@ -89,7 +90,9 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
     Effect.gen(function*() {
       const cluster = yield* NatsCluster
       // History must reach back over the whole run, so that a participant that reconnects finds what it missed.
-      const topo: Topology = yield* topology({ MCPX_HISTORY_LIMIT: "100000", MCPX_HISTORY_TOTAL_BYTES: String(64 * 1024 * 1024) })
+      // The task flow makes two tasks a second, kept an hour: past the per-user bound a call is
+      // answered without a task, which would leave tasks untested for most of the run.
+      const topo: Topology = yield* topology({ MCPX_HISTORY_LIMIT: "100000", MCPX_HISTORY_TOTAL_BYTES: String(64 * 1024 * 1024), REGISTRY_MAX_TASKS_PER_USER: "100000" })
       yield* Effect.logInfo(`topology up in namespace ${topo.namespace}`)
       const edges: Edges = { count: EDGES, at: topo.edgeAt }
       const http = () => {
@@ -137,7 +140,8 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
         ...mcpx,
         yield* freshMcpxFlow(ledger, edges),
         ...hub,
-        yield* freshHubFlow(ledger, edges, hub1)
+        yield* freshHubFlow(ledger, edges, hub1),
+        ...(yield* modernHubFlows(ledger, edges, hub1))
       ]
       // Every participant in the room before anyone speaks.
       yield* Effect.forEach(mcpx, (f) => f.ready, { discard: true })

@@ -302,7 +302,11 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("Chrome's n
         yield* toolsUntil(client, (n) => n.includes(name("find")))
         const found = yield* call("find", { q: "lamps" })
         expect(found.isError).not.toBe(true)
-        expect(textOf(found)).toMatch(/^The form was submitted and the page navigated to http:\/\/127\.0\.0\.1:\d+\/results\.html\?q=lamps;/)
+        // The page's own word when it sees the navigation start; on a machine slow enough for the
+        // page to be gone before that word is out, the content script's, from its pagehide.
+        expect(textOf(found)).toMatch(
+          /^(The form was submitted and the page navigated to http:\/\/127\.0\.0\.1:\d+\/results\.html\?q=lamps;|The page http:\/\/127\.0\.0\.1:\d+\/forms\.html went away \(it navigated or was closed\) before the tool answered)/
+        )
         yield* Effect.promise(() => page.waitForURL(/\/results\.html\?q=lamps$/))
         yield* toolsUntil(client, (n) => n.includes(name("results")) && !n.includes(name("find")))
         expect(textOf(yield* call("results"))).toBe("results for lamps")
