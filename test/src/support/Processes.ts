@@ -210,7 +210,8 @@ export const metricsUrl = (proc: ServiceProcess) =>
     const m = /metrics on (http:\/\/[^\s/"]+)\/metrics/.exec(proc.output())
     return m?.[1] === undefined ? Effect.fail(`${proc.service} has not logged its metrics port yet`) : Effect.succeed(m[1])
   }).pipe(
-    Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("20 seconds"))),
+    // A process under tsx on a loaded machine has been seen silent for its first 20 s.
+    Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("60 seconds"))),
     Effect.orElse(() => Effect.dieMessage(`${proc.service} never logged its metrics port:\n${proc.output()}`))
   )
 
