@@ -239,6 +239,12 @@ describe("/hub tasks (MCP 2026-07-28, io.modelcontextprotocol/tasks)", () => {
     }))
 })
 
+/**
+ * The gated page holds its call while a replica starts and another dies: on two loaded cores that
+ * outlasts the default 10 s call timeout, which would fail the task before the test looks at it.
+ */
+const patient = { REGISTRY_CALL_TIMEOUT: "2 minutes" }
+
 /** Each test gets a NATS of its own, and its processes stop before their NATS does. */
 const withNats = <A, E>(test: Effect.Effect<A, E, NatsServer | Scope.Scope>) => Effect.scoped(test).pipe(Effect.provide(NatsServer.layer))
 
@@ -247,7 +253,7 @@ describe("/hub tasks across processes", () => {
     Effect.gen(function*() {
       const { url } = yield* NatsServer
       // One replica at first, so that it is the one that runs the task; the second comes after.
-      const { edges: [a, b], namespace, registries: [first] } = yield* Processes.deployment(url, { edges: 2, registry: true })
+      const { edges: [a, b], namespace, registries: [first] } = yield* Processes.deployment(url, { edges: 2, registry: true, env: patient })
       if (a === undefined || b === undefined || first === undefined) return yield* Effect.dieMessage("the deployment is short of an edge or a replica")
       const { gate, open } = gated()
       const shop = yield* tab(b.ws, page("shop", ["getCart"], { gate }), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
@@ -260,7 +266,7 @@ describe("/hub tasks across processes", () => {
       yield* a.exited
       expect(resultOf(yield* taskRequest(b.url, t, "tasks/get", taskId))).toMatchObject({ status: "working" })
       // Then the replica running its call stops, with another to take over.
-      yield* Processes.registry({ natsUrl: url, namespace })
+      yield* Processes.registry({ natsUrl: url, namespace, env: patient })
       yield* first.kill("SIGTERM")
       yield* first.exited
       // The survivor finds the task without a runner and sends the call again; the page's first
@@ -277,7 +283,7 @@ describe("/hub tasks across processes", () => {
   it.live("a task whose replica was SIGKILLed is run again once that replica's liveness key lapses", () =>
     Effect.gen(function*() {
       const { url } = yield* NatsServer
-      const { edges: [a], namespace, registries: [first] } = yield* Processes.deployment(url, { edges: 1, registry: true })
+      const { edges: [a], namespace, registries: [first] } = yield* Processes.deployment(url, { edges: 1, registry: true, env: patient })
       if (a === undefined || first === undefined) return yield* Effect.dieMessage("the deployment is short of an edge or a replica")
       const { gate, open } = gated()
       const shop = yield* tab(a.ws, page("shop", ["getCart"], { gate }), { user: "alice", tabId: 1, url: "https://shop.example.com/" })
@@ -285,7 +291,7 @@ describe("/hub tasks across processes", () => {
       yield* listed(a.url, t, NAME)
       const taskId = yield* createTask(a.url, t, NAME, "killed")
       yield* until(() => shop.executed.length === 1, "the page is called")
-      const second = yield* Processes.registry({ natsUrl: url, namespace })
+      const second = yield* Processes.registry({ natsUrl: url, namespace, env: patient })
       yield* first.kill("SIGKILL")
       yield* first.exited
       // Until its key lapses the dead replica counts as running the call: the task stays working.
