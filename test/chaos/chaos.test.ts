@@ -31,7 +31,7 @@ import { EDGES, type Instance, SERVICES, type Topology, topology } from "./Topol
 const RATE = 8
 const FLOWS = 3
 /** Steady traffic before the first fault, and after each recovery before the next fault. */
-const STEADY_MS = 3_000
+const STEADY_MS = 2_000
 /** A fault the system has not recovered from by then is reported as "never" and the run goes on. */
 const RECOVERY_DEADLINE_MS = 60_000
 const RESULTS = fileURLToPath(new URL("./results.md", import.meta.url))
@@ -300,7 +300,8 @@ layer(Layer.merge(SwitchboardImage.layer, NatsCluster.layer), { excludeTestServi
         ...(r.phase.startsWith("rolling") && r.failedAfterRetry > 0 ? [`${r.phase}: ${r.failedAfterRetry} requests failed beyond the client retry`] : [])
       ])
       expect(violations).toEqual([])
-      // Room for a phase that never recovers (RECOVERY_DEADLINE_MS) on top of a run's ~250 s; a run
-      // that takes longer still leaves its table, ledger and container logs (the finalizer above).
-    }), 420_000)
+      // Room for a phase that never recovers (RECOVERY_DEADLINE_MS) on top of a run's ~320 s alone,
+      // which grew past 420 s while the rest of the suite shared the two cores; a run that takes
+      // longer still leaves its table, ledger and container logs (the finalizer above).
+    }), 600_000)
 })

@@ -8,7 +8,7 @@ import * as Effect from "effect/Effect"
 import { spawn } from "node:child_process"
 import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
-import { NatsServer } from "@switchboard/testing"
+import { bundleOf, type BundledService as Service, NatsServer } from "@switchboard/testing"
 import { namespace } from "./support/Stack.ts"
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url))
@@ -19,13 +19,20 @@ interface Run {
   readonly stderr: string
 }
 
-/** Runs a service's main until it exits, or until a stdout line matches `until` (then stops it). */
-const runMain = (main: string, env: Record<string, string>, until?: RegExp) =>
+/**
+ * How a service is started: bundled, as the image ships it and the other process tests run it, or
+ * literally as `npm start` does (`tsx`), which one test keeps so that the README's command is run.
+ */
+const bundled = (service: Service) => [process.execPath, "--enable-source-maps", bundleOf(service)] as const
+const npmStart = [fileURLToPath(new URL("../../node_modules/.bin/tsx", import.meta.url)), "services/all-in-one/src/main.ts"] as const
+
+/** Runs a service until it exits, or until a stdout line matches `until` (then stops it). */
+const runMain = (command: readonly [string, ...ReadonlyArray<string>], env: Record<string, string>, until?: RegExp) =>
   Effect.gen(function*() {
     const done = yield* Deferred.make<Run>()
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        spawn(process.execPath, ["--import", "tsx", main], {
+        spawn(command[0], command.slice(1), {
           cwd: repoRoot,
           env: { PATH: process.env.PATH ?? "", PORT: "0", METRICS_PORT: "0", LOG_FORMAT: "logfmt", ...env },
           stdio: ["ignore", "pipe", "pipe"]
@@ -46,7 +53,7 @@ const runMain = (main: string, env: Record<string, string>, until?: RegExp) =>
     return yield* Deferred.await(done)
   })
 
-const allInOne = (env: Record<string, string>, until?: RegExp) => runMain("services/all-in-one/src/main.ts", env, until)
+const allInOne = (env: Record<string, string>, until?: RegExp) => runMain(bundled("all-in-one"), env, until)
 
 describe("settings at start", () => {
   it.scopedLive("refuses EDGE_MAX_PAYLOAD=-1 with one line on stderr, before the dev token", () =>
@@ -82,9 +89,9 @@ describe("settings at start", () => {
       expect(run.stdout).not.toContain("Development token")
     }), 20_000)
 
-  it.scopedLive("starts with EDGE_SHUTDOWN_GRACE=5s", () =>
+  it.scopedLive("starts with EDGE_SHUTDOWN_GRACE=5s, run as npm start runs it", () =>
     Effect.gen(function*() {
-      const run = yield* allInOne({ EDGE_SHUTDOWN_GRACE: "5s" }, /listening on /)
+      const run = yield* runMain(npmStart, { EDGE_SHUTDOWN_GRACE: "5s" }, /listening on /)
       expect(run.stdout).toMatch(/listening on /)
       expect(run.stderr).toBe("")
     }), 20_000)
@@ -109,7 +116,7 @@ describe("settings at start", () => {
   it.scopedLive("an edge run on its own refuses EDGE_MAX_PAYLOAD=-1 with one line and exit code 1", () =>
     Effect.gen(function*() {
       const { url } = yield* NatsServer
-      const run = yield* runMain("services/edge/src/main.ts", { NATS_URL: url, SWITCHBOARD_NAMESPACE: namespace(), EDGE_MAX_PAYLOAD: "-1" })
+      const run = yield* runMain(bundled("edge"), { NATS_URL: url, SWITCHBOARD_NAMESPACE: namespace(), EDGE_MAX_PAYLOAD: "-1" })
       expect(run.code).toBe(1)
       const lines = run.stderr.split("\n").filter((l) => l.trim() !== "")
       expect(lines).toStrictEqual(["switchboard-edge: EDGE_MAX_PAYLOAD must be a whole number > 0, got -1"])
@@ -149,7 +156,7 @@ describe("start-up failures and warnings", () => {
       const run = yield* allInOne({ HOST: "127.0.0.1", METRICS_PORT: String(port) })
       expect(run.code).toBe(1)
       expect(errorLines(run)).toStrictEqual([`switchboard: ${line}`])
-      const alone = yield* runMain("services/auth/src/main.ts", { HOST: "127.0.0.1", METRICS_PORT: String(port), SWITCHBOARD_JWT_SECRET: "x".repeat(32) })
+      const alone = yield* runMain(bundled("auth"), { HOST: "127.0.0.1", METRICS_PORT: String(port), SWITCHBOARD_JWT_SECRET: "x".repeat(32) })
       expect(alone.code).toBe(1)
       expect(errorLines(alone)).toStrictEqual([`switchboard-auth: ${line}`])
     }), 30_000)
@@ -173,8 +180,8 @@ describe("start-up failures and warnings", () => {
         })
       })
       const url = `nats://127.0.0.1:${closed}`
-      for (const [main, name] of [["services/all-in-one/src/main.ts", "switchboard"], ["services/router/src/main.ts", "switchboard-router"]] as const) {
-        const run = yield* runMain(main, { NATS_URL: url, SWITCHBOARD_JWT_SECRET: "a-secret-that-is-long-enough-for-hs256-x" })
+      for (const [service, name] of [["all-in-one", "switchboard"], ["router", "switchboard-router"]] as const) {
+        const run = yield* runMain(bundled(service), { NATS_URL: url, SWITCHBOARD_JWT_SECRET: "a-secret-that-is-long-enough-for-hs256-x" })
         expect(run.code).toBe(1)
         expect(errorLines(run)).toStrictEqual([`${name}: cannot connect to NATS at ${url}: connection refused (NATS_URL)`])
       }
@@ -192,7 +199,7 @@ describe("start-up failures and warnings", () => {
 
   it.scopedLive("a service started alone without NATS_URL warns that its embedded bus is private", () =>
     Effect.gen(function*() {
-      const run = yield* runMain("services/router/src/main.ts", { SWITCHBOARD_JWT_SECRET: "x".repeat(32) }, /hosting connection actors/)
+      const run = yield* runMain(bundled("router"), { SWITCHBOARD_JWT_SECRET: "x".repeat(32) }, /hosting connection actors/)
       expect(run.stdout).toMatch(/level=WARN .*NATS_URL is not set: switchboard-router runs on a private embedded bus that no other process can reach/)
       const all = yield* allInOne({}, /listening on /)
       expect(all.stdout).not.toContain("private embedded bus")

@@ -14,10 +14,11 @@ import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import { bundleOf, type BundledService } from "@switchboard/testing"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
-export type Service = "auth" | "router" | "registry" | "broker" | "edge" | "all-in-one"
+export type Service = BundledService
 
 export class ServiceProcessError extends Data.TaggedError("ServiceProcessError")<{
   readonly reason: "Spawn" | "Exited" | "NotReady"
@@ -89,7 +90,7 @@ const killOrphansOnExit = () => {
   })
 }
 
-/** Only what node and tsx need from this environment: the parent's NATS_URL or OTEL settings must not leak in. */
+/** Only what node needs from this environment: the parent's NATS_URL or OTEL settings must not leak in. */
 const baseEnv = (): Record<string, string> =>
   Object.fromEntries(
     ["PATH", "HOME", "TMPDIR", "LANG"].flatMap((k) => {
@@ -99,7 +100,7 @@ const baseEnv = (): Record<string, string> =>
   )
 
 /**
- * Starts `services/<service>/src/main.ts`. With `ready`, returns once a line of its stdout matches,
+ * Starts `services/<service>/src/main.ts`, bundled as the image ships it (`bundleOf`). With `ready`, returns once a line of its stdout matches,
  * with that match; fails with the process's output if it exits first or takes too long.
  */
 const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
@@ -114,7 +115,7 @@ const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
     const child = yield* Effect.acquireRelease(
       Effect.sync(() => {
         killOrphansOnExit()
-        const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", `services/${service}/src/main.ts`], {
+        const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--enable-source-maps", bundleOf(service)], {
           cwd: repoRoot,
           env: {
             ...baseEnv(),
