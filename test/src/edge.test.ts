@@ -23,7 +23,7 @@ import { closedWith, connect, UpgradeRefused } from "./support/Client.ts"
 import * as Echo from "./support/Echo.ts"
 import * as Processes from "./support/Processes.ts"
 import { NatsServer } from "@switchboard/testing"
-import { busLayer, namespace, stack, type StackOptions, token } from "./support/Stack.ts"
+import { busLayer, expiredToken, namespace, stack, type StackOptions, token } from "./support/Stack.ts"
 
 /** Builds an edge + echo stack in its own scope, so a test can shut it down itself. */
 const start = (options: StackOptions = {}) =>
@@ -87,7 +87,7 @@ describe("edge", () => {
     Effect.gen(function*() {
       const { ws } = yield* start()
       const good = yield* token({ sub: "alice" })
-      const expired = yield* token({ sub: "alice", ttl: "1 second" }).pipe(Effect.tap(() => Effect.sleep("2100 millis")))
+      const expired = expiredToken("alice")
       const c = yield* connect(`${ws}/v0/ws?topic=t&token=${good}`)
       c.send("hi")
       expect(yield* c.nextText).toBe("hi")

@@ -8,7 +8,7 @@ import { Router } from "@switchboard/router"
 import * as Effect from "effect/Effect"
 import { closedWith, connect } from "./support/Client.ts"
 import { call, client, connected, echoing, extension, type Message, next, nextStatus } from "./support/ProxyPeers.ts"
-import { serve, token } from "./support/Stack.ts"
+import { expiredToken, serve, token } from "./support/Stack.ts"
 
 const start = (env: Record<string, string> = {}) => Effect.map(serve(Router.layer, env), (s) => s.ws)
 
@@ -117,8 +117,7 @@ describe("MCP proxy protocol", () => {
       yield* next(bad)
       bad.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: "not-a-jwt" } })
       expect(yield* closedWith(bad)).toEqual({ code: 1008, reason: "Authentication failed: malformed token" })
-      const old = yield* token({ sub: "alice", ttl: "1 second" })
-      yield* Effect.sleep("1100 millis")
+      const old = expiredToken("alice")
       const expired = yield* connect(`${ws}/extension`)
       yield* next(expired)
       expired.send({ jsonrpc: "2.0", id: "proxy:1", result: { name: "Chrome", accessToken: old } })

@@ -19,7 +19,7 @@ import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import { closedWith, connect } from "./support/Client.ts"
 import { extensionOf, next } from "./support/ProxyPeers.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
+import { busLayer, expiredToken, stack, token } from "./support/Stack.ts"
 import { hub, page, progressPage, rawHub, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 import { until } from "./support/Until.ts"
 
@@ -292,8 +292,7 @@ describe("/hub as an MCP WebSocket session", () => {
       bad.send({ jsonrpc: "2.0", method: "authenticate", params: { token: "not-a-jwt" } })
       expect(yield* closedWith(bad)).toMatchObject({ code: 1008, reason: expect.stringContaining("Authentication failed") })
 
-      const old = yield* token({ sub: "alice", ttl: "1 second" })
-      yield* Effect.sleep("1100 millis")
+      const old = expiredToken("alice")
       const late = yield* connect(`${ws}/hub`, { protocols: ["mcp"] })
       late.send({ jsonrpc: "2.0", method: "authenticate", params: { token: old } })
       expect(yield* closedWith(late)).toEqual({ code: 1008, reason: "Authentication failed: token expired" })

@@ -16,6 +16,7 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Scope from "effect/Scope"
+import { createHmac } from "node:crypto"
 
 export const SECRET = "test-secret-that-is-long-enough-for-hs256"
 
@@ -79,6 +80,17 @@ export const token = (options: Tokens.IssueOptions) =>
     Effect.provide(Tokens.layer.pipe(Layer.provide(configFrom({})))),
     Effect.orDie
   )
+
+/**
+ * A token signed with `SECRET` that expired a minute ago: what a test of an expired token needs,
+ * without waiting for one to run out. Written by hand, since `issue` (rightly) mints no such thing.
+ */
+export const expiredToken = (sub: string): string => {
+  const part = (value: object) => Buffer.from(JSON.stringify(value)).toString("base64url")
+  const now = Math.floor(Date.now() / 1000)
+  const signed = `${part({ alg: "HS256", typ: "JWT" })}.${part({ sub, iat: now - 120, exp: now - 60 })}`
+  return `${signed}.${createHmac("sha256", SECRET).update(signed).digest("base64url")}`
+}
 
 /**
  * One replica of a service on its own NATS connection, stoppable on its own (failover tests): its
