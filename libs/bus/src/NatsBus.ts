@@ -11,6 +11,7 @@ import * as Runtime from "effect/Runtime"
 import * as Instruments from "@switchboard/telemetry/Instruments"
 import { Metrics } from "@switchboard/telemetry/Metrics"
 import { Bus, type BusError } from "./Bus.ts"
+import * as FollowerSweep from "./FollowerSweep.ts"
 import { Journal } from "./Journal.ts"
 import { Kv } from "./Kv.ts"
 import * as KvMetrics from "./KvMetrics.ts"
@@ -25,11 +26,15 @@ export { makeJournal } from "./NatsJournal.ts"
 export { DEFAULT_KV_WRITE_RETRY, makeKv } from "./NatsKv.ts"
 export { makeBus } from "./NatsPubSub.ts"
 
-/** Bus, Kv and Journal over one NATS connection, drained when the layer's scope closes. */
+/**
+ * Bus, Kv and Journal over one NATS connection, drained when the layer's scope closes; the
+ * journal's follower sweep ends with it too.
+ */
 export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, BusError> =>
   Layer.scopedContext(
     Effect.gen(function*() {
       const nats = yield* link(options)
+      const sweep = yield* FollowerSweep.make()
       const runtime = yield* Effect.runtime<never>()
       const metrics = yield* Metrics
       return Context.make(Bus, makeBus(nats)).pipe(
@@ -47,6 +52,7 @@ export const layer = (options: NatsOptions): Layer.Layer<Bus | Kv | Journal, Bus
           Journal,
           makeJournal(
             nats,
+            sweep,
             options.replicas,
             (journal, count, why) => Runtime.runFork(runtime)(Effect.logError(`journal ${journal}: ${count} append(s) lost: ${why}`)),
             Instruments.journal(metrics),

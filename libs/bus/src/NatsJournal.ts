@@ -19,6 +19,7 @@ import { headers as natsHeaders, type MsgHdrs, nanos } from "@nats-io/transport-
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Instruments from "@switchboard/telemetry/Instruments"
+import type { FollowerSweep, Swept } from "./FollowerSweep.ts"
 import type { JournalEntry, JournalLog, JournalShape, JournalSpec } from "./Journal.ts"
 import { appender } from "./JournalAppender.ts"
 import type { NatsLink } from "./NatsConnection.ts"
@@ -44,7 +45,7 @@ const FOLLOW_EXPIRES_MS = 10_000
  * message nor a heartbeat for FOLLOW_STALE_MS is replaced, after the last sequence delivered, so
  * nothing is skipped or repeated.
  */
-class Follower {
+class Follower implements Swept {
   private messages: ConsumerMessages | undefined
   private last = 0
   private seen = Date.now()
@@ -55,7 +56,8 @@ class Follower {
     private readonly stream: string,
     private readonly subject: string,
     private readonly from: number,
-    private readonly onMessage: (msg: JsMsg) => void
+    private readonly onMessage: (msg: JsMsg) => void,
+    private readonly sweep: FollowerSweep
   ) {}
 
   async start() {
@@ -75,8 +77,7 @@ class Follower {
     if (this.closed) return void (await messages.close().catch(() => undefined))
     this.messages = messages
     this.seen = Date.now()
-    followers.add(this)
-    sweeping ??= setInterval(sweep, 3_000).unref()
+    this.sweep.add(this)
     void (async () => {
       for await (const status of messages.status()) if (status.type === "heartbeat") this.seen = Date.now()
     })().catch(() => undefined)
@@ -106,7 +107,7 @@ class Follower {
 
   async close() {
     this.closed = true
-    followers.delete(this)
+    this.sweep.remove(this)
     await this.messages?.close().catch(() => undefined)
   }
 }
@@ -114,16 +115,9 @@ class Follower {
 /** A followed key's consumer that sent nothing, not even a heartbeat, this long is replaced. */
 const FOLLOW_STALE_MS = 12_000
 
-/** Every follower of the process, looked at by one timer rather than one each (there is one per followed topic). */
-const followers = new Set<Follower>()
-let sweeping: ReturnType<typeof setInterval> | undefined
-const sweep = () => {
-  const now = Date.now()
-  for (const f of followers) f.check(now)
-}
-
 export const makeJournal = (
   { jsm, namespace, nc }: NatsLink,
+  sweep: FollowerSweep,
   replicas = 1,
   lost: (journal: string, count: number, why: string) => void = () => {},
   observer?: Instruments.JournalObserver,
@@ -202,7 +196,7 @@ export const makeJournal = (
         Effect.acquireRelease(
           Effect.tryPromise({
             try: async () => {
-              const follower = new Follower(js, name, subjectOf(key), options.from ?? (await nextSeq()), (msg) => onEntry(toEntry(msg)))
+              const follower = new Follower(js, name, subjectOf(key), options.from ?? (await nextSeq()), (msg) => onEntry(toEntry(msg)), sweep)
               await follower.start()
               return follower
             },
