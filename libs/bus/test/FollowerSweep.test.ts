@@ -16,10 +16,22 @@ const recording = (name: string, looked: Queue.Queue<string>): FollowerSweep.Swe
   check: () => void Queue.unsafeOffer(looked, name)
 })
 
-/** Lets every fiber the clock woke run to its next wait. */
-const settle = Effect.repeatN(Effect.yieldNow(), 10)
+/** Once every fiber the clock woke has run to its next wait, nothing more was looked at. */
+const nothingMore = (looked: Queue.Queue<string>) =>
+  Effect.gen(function*() {
+    yield* Effect.repeatN(Effect.yieldNow(), 10)
+    expect([...(yield* Queue.takeAll(looked))]).toEqual([])
+  })
 
-const drained = (looked: Queue.Queue<string>) => Effect.map(Queue.takeAll(looked), (names) => [...names])
+/** The next two looked at, in either order. */
+const nextTwo = (looked: Queue.Queue<string>) => Effect.map(Effect.all([Queue.take(looked), Queue.take(looked)]), (names) => names.sort())
+
+/** A sweep in a scope of its own, and that scope's end. */
+const ownScope = Effect.gen(function*() {
+  const scope = yield* Scope.make()
+  const sweep = yield* Scope.extend(FollowerSweep.make("3 seconds"), scope)
+  return { sweep, close: Scope.close(scope, Exit.void) }
+})
 
 describe("FollowerSweep", () => {
   it.scoped("looks at each follower once a period, and at one removed no more", () =>
@@ -30,48 +42,41 @@ describe("FollowerSweep", () => {
       sweep.add(a)
       sweep.add(recording("b", looked))
       yield* TestClock.adjust("2 seconds")
-      yield* settle
-      expect(yield* drained(looked)).toEqual([])
+      yield* nothingMore(looked)
       yield* TestClock.adjust("1 second")
-      expect([yield* Queue.take(looked), yield* Queue.take(looked)].sort()).toEqual(["a", "b"])
+      expect(yield* nextTwo(looked)).toEqual(["a", "b"])
       sweep.remove(a)
       yield* TestClock.adjust("3 seconds")
       expect(yield* Queue.take(looked)).toBe("b")
-      yield* settle
-      expect(yield* drained(looked)).toEqual([])
+      yield* nothingMore(looked)
     }))
 
   it.scoped("ends with its scope: nothing is looked at after it closes, nor added", () =>
     Effect.gen(function*() {
       const looked = yield* Queue.unbounded<string>()
-      const scope = yield* Scope.make()
-      const sweep = yield* Scope.extend(FollowerSweep.make("3 seconds"), scope)
+      const { close, sweep } = yield* ownScope
       sweep.add(recording("a", looked))
       yield* TestClock.adjust("3 seconds")
       expect(yield* Queue.take(looked)).toBe("a")
-      yield* Scope.close(scope, Exit.void)
+      yield* close
       sweep.add(recording("late", looked))
       yield* TestClock.adjust("30 seconds")
-      yield* settle
-      expect(yield* drained(looked)).toEqual([])
+      yield* nothingMore(looked)
     }))
 
   it.scoped("two sweeps in one process each look only at their own followers", () =>
     Effect.gen(function*() {
       const looked = yield* Queue.unbounded<string>()
-      const first = yield* Scope.make()
-      const second = yield* Scope.make()
-      const one = yield* Scope.extend(FollowerSweep.make("3 seconds"), first)
-      const two = yield* Scope.extend(FollowerSweep.make("3 seconds"), second)
-      one.add(recording("one", looked))
-      two.add(recording("two", looked))
+      const one = yield* ownScope
+      const two = yield* ownScope
+      one.sweep.add(recording("one", looked))
+      two.sweep.add(recording("two", looked))
       yield* TestClock.adjust("3 seconds")
-      expect([yield* Queue.take(looked), yield* Queue.take(looked)].sort()).toEqual(["one", "two"])
-      yield* Scope.close(first, Exit.void)
+      expect(yield* nextTwo(looked)).toEqual(["one", "two"])
+      yield* one.close
       yield* TestClock.adjust("3 seconds")
       expect(yield* Queue.take(looked)).toBe("two")
-      yield* settle
-      expect(yield* drained(looked)).toEqual([])
-      yield* Scope.close(second, Exit.void)
+      yield* nothingMore(looked)
+      yield* two.close
     }))
 })
