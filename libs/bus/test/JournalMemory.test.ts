@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import v8 from "node:v8"
 import vm from "node:vm"
 import type { JournalLog, JournalSpec } from "../src/Journal.ts"
-import * as MemoryBus from "../src/MemoryBus.ts"
+import * as MemoryJournal from "../src/MemoryJournal.ts"
 
 v8.setFlagsFromString("--expose-gc")
 // The flag exposes `gc` only to contexts created after it is set, hence a new one.
@@ -43,7 +43,7 @@ const spec = (name: string, limits: Partial<JournalSpec>): JournalSpec => ({
 const measure = (journalSpec: JournalSpec, fill: (log: JournalLog) => void) =>
   Effect.gen(function*() {
     const before = yield* held
-    const log = yield* MemoryBus.makeJournal().open(journalSpec)
+    const log = yield* MemoryJournal.makeJournal().open(journalSpec)
     fill(log)
     const after = yield* held
     // Still in use, so the collector cannot have taken the journal itself.
