@@ -19,6 +19,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
+import { modernMeta, modernPost } from "./support/Modern.ts"
 import * as Processes from "./support/Processes.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { page, progressPage, tab, textOf } from "./support/Tabs.ts"
@@ -28,7 +29,6 @@ const services = Layer.mergeAll(Router.layer, Registry.layer)
 const start = (env: Record<string, string> = {}) => Effect.map(Layer.build(stack(busLayer(), { services, env })), (ctx) => Context.get(ctx, Edge.EdgeServer).url)
 
 const V = "2026-07-28"
-const BOTH = "application/json, text/event-stream"
 
 /** The SDK v2 client at `<base>/hub` as `user`, pinned to the modern era: no fallback, anything else fails. */
 const modernHub = (base: string, user: string) =>
@@ -57,28 +57,10 @@ const modernToolsUntil = (client: ModernClient, ok: (names: ReadonlyArray<string
     }
   })
 
-const meta = { [Modern.Meta.protocolVersion]: V, [Modern.Meta.clientInfo]: { name: "raw", version: "0" }, [Modern.Meta.clientCapabilities]: {} }
+const meta = modernMeta()
 
 /** A plain modern POST to `<base>/hub`: headers mirror the body unless `headers` says otherwise. */
-const post = (base: string, t: string | undefined, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
-  Effect.promise(async () => {
-    const params = body["params"] as Record<string, unknown> | undefined
-    const res = await fetch(`${base}/hub`, {
-      method: "POST",
-      headers: {
-        accept: BOTH,
-        "content-type": "application/json",
-        "mcp-protocol-version": V,
-        ...(typeof body["method"] === "string" ? { "mcp-method": body["method"] } : {}),
-        ...(typeof params?.["name"] === "string" ? { "mcp-name": params["name"] } : {}),
-        ...(t === undefined ? {} : { authorization: `Bearer ${t}` }),
-        ...headers
-      },
-      body: JSON.stringify(body)
-    })
-    const text = await res.text()
-    return { status: res.status, headers: res.headers, text, json: (): Record<string, unknown> => JSON.parse(text) as Record<string, unknown> }
-  })
+const post = (base: string, t: string | undefined, body: Record<string, unknown>, headers: Record<string, string> = {}) => modernPost(base, body, { token: t, headers })
 
 describe("/hub, MCP 2026-07-28", () => {
   it.scopedLive("the SDK v2 client discovers 2026-07-28, lists and calls a tab's tool with progress, with no session anywhere", () =>
