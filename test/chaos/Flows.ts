@@ -12,6 +12,7 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { isDeepStrictEqual } from "node:util"
+import { modernFetch, modernMeta as meta, ModernVersion } from "../src/support/Modern.ts"
 import { token } from "../src/support/Stack.ts"
 import type { Ledger, Outcome, Protocol } from "./Ledger.ts"
 import { type Edges, type Json, type Line, openLine, peer, Policy, Unanswered } from "./Line.ts"
@@ -495,39 +496,14 @@ export const drive = (flows: ReadonlyArray<Flow>, rate: number) =>
 
 // --- MCP 2026-07-28 at /hub: no session, every request on its own ----------------------------------
 
-const MODERN = "2026-07-28"
-
 /** One modern POST to `/hub` at the edge `ws`; its answer, the last JSON-RPC message of an SSE stream included. */
-const modernPost = (ws: string, t: string, body: Json, name?: string) =>
+const modernPost = (ws: string, t: string, body: Json) =>
   Effect.tryPromise({
-    try: async (signal) => {
-      const res = await fetch(`${ws.replace(/^ws/, "http")}/hub`, {
-        method: "POST",
-        signal,
-        headers: {
-          authorization: `Bearer ${t}`,
-          accept: "application/json, text/event-stream",
-          "content-type": "application/json",
-          "mcp-protocol-version": MODERN,
-          "mcp-method": String(body["method"]),
-          ...(name === undefined ? {} : { "mcp-name": name })
-        },
-        body: JSON.stringify(body)
-      })
-      const text = await res.text()
-      const last = res.headers.get("content-type")?.startsWith("text/event-stream") === true
-        ? text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).at(-1) ?? ""
-        : text
-      return JSON.parse(last) as Json
-    },
+    try: (signal) => modernFetch(ws, body, { token: t, signal }).then((r) => r.json() as Json),
     catch: (e) => new Unanswered({ reason: `POST /hub: ${String(e)}` })
   })
 
-const modernMeta = (tasks: boolean) => ({
-  "io.modelcontextprotocol/protocolVersion": MODERN,
-  "io.modelcontextprotocol/clientInfo": { name: "chaos-2026", version: "0" },
-  "io.modelcontextprotocol/clientCapabilities": tasks ? { extensions: { "io.modelcontextprotocol/tasks": {} } } : {}
-})
+const modernMeta = (tasks: boolean) => meta({ clientName: "chaos-2026", capabilities: tasks ? { extensions: { "io.modelcontextprotocol/tasks": {} } } : {} })
 
 const echoed = (answer: Json, args: Json): Answer => {
   const error = errorOf(answer)
@@ -548,7 +524,7 @@ export const modernHubFlows = (ledger: Ledger, edges: Edges, of: { readonly user
     const call = freshFlow(ledger, edges, "hub", "hub-2026/call", (_slot, ws) =>
       Effect.gen(function*() {
         const args = { modern: true, nonce: randomUUID() }
-        return echoed(yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(false) } }, of.tool), args)
+        return echoed(yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(false) } }), args)
       }))
     const listen = freshFlow(ledger, edges, "hub", "hub-2026/listen", (_slot, ws) =>
       Effect.tryPromise({
@@ -558,7 +534,7 @@ export const modernHubFlows = (ledger: Ledger, edges: Edges, of: { readonly user
           const res = await fetch(`${ws.replace(/^ws/, "http")}/hub`, {
             method: "POST",
             signal: controller.signal,
-            headers: { authorization: `Bearer ${t}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": MODERN, "mcp-method": "subscriptions/listen" },
+            headers: { authorization: `Bearer ${t}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": ModernVersion, "mcp-method": "subscriptions/listen" },
             body: JSON.stringify({ jsonrpc: "2.0", id: "listen", method: "subscriptions/listen", params: { notifications: { toolsListChanged: true }, _meta: modernMeta(false) } })
           })
           if (res.body === null || res.status !== 200) return failed(`subscriptions/listen answered ${res.status}: ${await res.text()}`)
@@ -578,7 +554,7 @@ export const modernHubFlows = (ledger: Ledger, edges: Edges, of: { readonly user
     const task = freshFlow(ledger, edges, "hub", "hub-2026/task", (slot, ws) =>
       Effect.gen(function*() {
         const args = { task: true, nonce: randomUUID() }
-        const created = yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(true) } }, of.tool)
+        const created = yield* modernPost(ws, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: of.tool, arguments: args, _meta: modernMeta(true) } })
         const createdResult = created["result"] as Json | undefined
         // The hub may answer at once instead (the extension allows it; past the per-user bound it does).
         if (createdResult?.["resultType"] !== "task") return echoed(created, args)
@@ -587,7 +563,7 @@ export const modernHubFlows = (ledger: Ledger, edges: Edges, of: { readonly user
         // Polled on the other edges in turn: the task is in KV, not at the edge that made it.
         for (let i = 1; ; i++) {
           const at = edges.at((slot + i) % edges.count) ?? ws
-          const got = yield* modernPost(at, t, { jsonrpc: "2.0", id: 2, method: "tasks/get", params: { taskId, _meta: modernMeta(true) } }, taskId)
+          const got = yield* modernPost(at, t, { jsonrpc: "2.0", id: 2, method: "tasks/get", params: { taskId, _meta: modernMeta(true) } })
           const status = (got["result"] as Json | undefined)?.["status"]
           if (status === "completed") return echoed({ result: (got["result"] as Json)["result"] as Json }, args)
           if (status !== "working") return failed(`task ${taskId}: ${JSON.stringify(got)}`)

@@ -19,16 +19,16 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
+import { modernMeta, modernPost } from "./support/Modern.ts"
 import * as Processes from "./support/Processes.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
-import { page, progressPage, tab, textOf } from "./support/Tabs.ts"
+import { page, progressPage, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
 const services = Layer.mergeAll(Router.layer, Registry.layer)
 /** One edge with the router and the registry, embedded bus; its base URL. */
 const start = (env: Record<string, string> = {}) => Effect.map(Layer.build(stack(busLayer(), { services, env })), (ctx) => Context.get(ctx, Edge.EdgeServer).url)
 
 const V = "2026-07-28"
-const BOTH = "application/json, text/event-stream"
 
 /** The SDK v2 client at `<base>/hub` as `user`, pinned to the modern era: no fallback, anything else fails. */
 const modernHub = (base: string, user: string) =>
@@ -57,28 +57,10 @@ const modernToolsUntil = (client: ModernClient, ok: (names: ReadonlyArray<string
     }
   })
 
-const meta = { [Modern.Meta.protocolVersion]: V, [Modern.Meta.clientInfo]: { name: "raw", version: "0" }, [Modern.Meta.clientCapabilities]: {} }
+const meta = modernMeta()
 
 /** A plain modern POST to `<base>/hub`: headers mirror the body unless `headers` says otherwise. */
-const post = (base: string, t: string | undefined, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
-  Effect.promise(async () => {
-    const params = body["params"] as Record<string, unknown> | undefined
-    const res = await fetch(`${base}/hub`, {
-      method: "POST",
-      headers: {
-        accept: BOTH,
-        "content-type": "application/json",
-        "mcp-protocol-version": V,
-        ...(typeof body["method"] === "string" ? { "mcp-method": body["method"] } : {}),
-        ...(typeof params?.["name"] === "string" ? { "mcp-name": params["name"] } : {}),
-        ...(t === undefined ? {} : { authorization: `Bearer ${t}` }),
-        ...headers
-      },
-      body: JSON.stringify(body)
-    })
-    const text = await res.text()
-    return { status: res.status, headers: res.headers, text, json: (): Record<string, unknown> => JSON.parse(text) as Record<string, unknown> }
-  })
+const post = (base: string, t: string | undefined, body: Record<string, unknown>, headers: Record<string, string> = {}) => modernPost(base, body, { token: t, headers })
 
 describe("/hub, MCP 2026-07-28", () => {
   it.scopedLive("the SDK v2 client discovers 2026-07-28, lists and calls a tab's tool with progress, with no session anywhere", () =>
@@ -245,7 +227,7 @@ describe("/hub, MCP 2026-07-28, across processes (NATS, two edges, two registry 
   /** Each test gets a NATS of its own, and its processes stop before their NATS does. */
   const withNats = <A, E>(test: Effect.Effect<A, E, NatsServer | Scope.Scope>) => Effect.scoped(test).pipe(Effect.provide(NatsServer.layer))
 
-  it.live("a client on edge A lists and calls tabs on edge B with progress, hears list_changed on its listen stream when a tab registers through B, and cancels by closing a call's stream", () =>
+  it.live("a client on edge A lists and calls tabs on edge B with progress (and the SDK v1 client beside it negotiates 2025-11-25 and does the same), hears list_changed on its listen stream when a tab registers through B, and cancels by closing a call's stream", () =>
     Effect.gen(function*() {
       const { a, b } = yield* deploy
       const started = yield* Deferred.make<void>()
@@ -271,6 +253,13 @@ describe("/hub, MCP 2026-07-28, across processes (NATS, two edges, two registry 
         )
         expect([textOf(done), progress]).toEqual(["done 2", [1, 2]])
       }
+      // The unmodified SDK v1 client in the same run: it negotiates 2025-11-25, a session the replicas hold, and calls the same tab.
+      const v1 = new StreamableHTTPClientTransport(new URL(`${a.url}/hub`), { requestInit: { headers: { Authorization: `Bearer ${yield* token({ sub: "alice" })}` } } })
+      const legacy = new Client({ name: "test-v1-client", version: "0.0.0" })
+      yield* Effect.acquireRelease(Effect.promise(() => legacy.connect(v1)), () => Effect.promise(() => legacy.close()))
+      expect(v1.protocolVersion).toBe("2025-11-25")
+      expect((yield* toolsUntil(legacy, (n) => n.length === 1)).map((t) => t.name)).toEqual(["website_tool_work_example_com_tab1_long"])
+      expect(textOf(yield* Effect.promise(() => legacy.callTool({ name: "website_tool_work_example_com_tab1_long", arguments: { steps: 1 } })))).toBe("done 1")
 
       yield* Effect.promise(() => client.listen({ toolsListChanged: true }))
       yield* tab(b.ws, page("docs", ["search"]), { user: "alice", tabId: 9, url: "https://docs.example.org/" })

@@ -7,7 +7,6 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Edge } from "@switchboard/edge"
-import { Modern } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Router } from "@switchboard/router"
 import { NatsServer } from "@switchboard/testing"
@@ -16,6 +15,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
+import { modernMeta, modernPost } from "./support/Modern.ts"
 import * as Processes from "./support/Processes.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { page, progressPage, tab } from "./support/Tabs.ts"
@@ -24,11 +24,10 @@ const services = Layer.mergeAll(Router.layer, Registry.layer)
 /** One edge with the router and the registry, embedded bus; its base URL. */
 const start = (env: Record<string, string> = {}) => Effect.map(Layer.build(stack(busLayer(), { services, env })), (ctx) => Context.get(ctx, Edge.EdgeServer).url)
 
-const V = "2026-07-28"
 const TASKS = "io.modelcontextprotocol/tasks"
-const plain = { [Modern.Meta.protocolVersion]: V, [Modern.Meta.clientInfo]: { name: "raw", version: "0" }, [Modern.Meta.clientCapabilities]: {} }
+const plain = modernMeta()
 /** The `_meta` of a client that declares the tasks extension. */
-const tasking = { ...plain, [Modern.Meta.clientCapabilities]: { extensions: { [TASKS]: {} } } }
+const tasking = modernMeta({ capabilities: { extensions: { [TASKS]: {} } } })
 
 interface Reply {
   readonly status: number
@@ -37,27 +36,7 @@ interface Reply {
 
 /** A modern POST to `<base>/hub`; `Mcp-Name` is the tool's name or the task's id, as the body says. */
 const post = (base: string, t: string, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
-  Effect.promise(async (): Promise<Reply> => {
-    const params = body["params"] as Record<string, unknown>
-    const name = params["name"] ?? params["taskId"]
-    const res = await fetch(`${base}/hub`, {
-      method: "POST",
-      headers: {
-        accept: "application/json, text/event-stream",
-        "content-type": "application/json",
-        "mcp-protocol-version": V,
-        "mcp-method": String(body["method"]),
-        ...(typeof name === "string" ? { "mcp-name": name } : {}),
-        authorization: `Bearer ${t}`,
-        ...headers
-      },
-      body: JSON.stringify(body)
-    })
-    const text = await res.text()
-    // An SSE answer (a tools/call's stream) carries one JSON-RPC response in its data line.
-    const data = text.startsWith("{") ? text : (/^data: (.*)$/m.exec(text)?.[1] ?? "{}")
-    return { status: res.status, json: JSON.parse(data) as Record<string, unknown> }
-  })
+  Effect.map(modernPost(base, body, { token: t, headers }), (r): Reply => ({ status: r.status, json: r.json() }))
 
 const callTool = (base: string, t: string, name: string, meta: Record<string, unknown>, text = "x") =>
   post(base, t, { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: { text }, _meta: meta } })

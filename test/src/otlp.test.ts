@@ -13,6 +13,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
+import { modernMeta, modernPost } from "./support/Modern.ts"
 import * as Processes from "./support/Processes.ts"
 import { attach, client, extensionOf, next } from "./support/ProxyPeers.ts"
 import { token } from "./support/Stack.ts"
@@ -170,28 +171,14 @@ describe("OTLP/HTTP export", () => {
       const hostTrace = "5bf92f3577b34da6a3ce929d0e0e4736"
       const hostSpan = "10f067aa0ba902b7"
       const t = yield* token({ sub: "alice" })
-      const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, traceparent: `00-${hostTrace}-${hostSpan}-01` }
-      const post = (body: Record<string, unknown>, name?: string) =>
-        Effect.promise(() =>
-          fetch(`${edge.url}/hub`, {
-            method: "POST",
-            headers: {
-              authorization: `Bearer ${t}`,
-              accept: "application/json, text/event-stream",
-              "content-type": "application/json",
-              "mcp-protocol-version": "2026-07-28",
-              "mcp-method": String(body["method"]),
-              ...(name === undefined ? {} : { "mcp-name": name })
-            },
-            body: JSON.stringify(body)
-          }).then((r) => r.text())
-        )
+      const meta = { ...modernMeta(), traceparent: `00-${hostTrace}-${hostSpan}-01` }
+      const post = (body: Record<string, unknown>) => Effect.map(modernPost(edge.url, body, { token: t }), (r) => r.text)
       yield* post({ jsonrpc: "2.0", id: 1, method: "tools/list", params: { _meta: meta } }).pipe(
         Effect.filterOrFail((text) => text.includes(tool), (text) => text),
         Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("10 seconds"))),
         Effect.orDie
       )
-      expect(yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: tool, arguments: { text: "o" }, _meta: meta } }, tool)).toContain("shop:getCart:o")
+      expect(yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: tool, arguments: { text: "o" }, _meta: meta } })).toContain("shop:getCart:o")
 
       const trace = yield* Effect.suspend(() => {
         const found = collector.spans.filter((s) => s.traceId === hostTrace)

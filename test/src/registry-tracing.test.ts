@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
+import { modernMeta, modernPost } from "./support/Modern.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { hub, page, tab, textOf, toolsUntil } from "./support/Tabs.ts"
 
@@ -106,32 +107,14 @@ describe("registry tracing", () => {
       const hostTrace = "0af7651916cd43dd8448eb211c80319c"
       const hostSpan = "b7ad6b7169203331"
       const t = yield* token({ sub: "alice" })
-      const meta = {
-        [Modern.Meta.protocolVersion]: "2026-07-28",
-        [Modern.Meta.clientCapabilities]: {},
-        traceparent: `00-${hostTrace}-${hostSpan}-01`
-      }
-      const post = (body: Record<string, unknown>, name?: string) =>
-        Effect.promise(() =>
-          fetch(`${base}/hub`, {
-            method: "POST",
-            headers: {
-              authorization: `Bearer ${t}`,
-              accept: "application/json, text/event-stream",
-              "content-type": "application/json",
-              "mcp-protocol-version": "2026-07-28",
-              "mcp-method": String(body["method"]),
-              ...(name === undefined ? {} : { "mcp-name": name })
-            },
-            body: JSON.stringify(body)
-          }).then((r) => r.json() as Promise<{ result?: { tools?: Array<{ name: string }> } }>)
-        )
+      const meta = { ...modernMeta(), traceparent: `00-${hostTrace}-${hostSpan}-01` }
+      const post = (body: Record<string, unknown>) => Effect.map(modernPost(base, body, { token: t }), (r) => r.json() as { result?: { tools?: Array<{ name: string }> } })
       yield* post({ jsonrpc: "2.0", id: 1, method: "tools/list", params: { _meta: meta } }).pipe(
         Effect.filterOrFail((r) => r.result?.tools?.some((tool) => tool.name === TOOL) === true, () => new NotYet("no tool yet")),
         Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("5 seconds"))),
         Effect.orDie
       )
-      expect(textOf((yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: TOOL, arguments: { text: "m" }, _meta: meta } }, TOOL)).result)).toBe("shop:getCart:m")
+      expect(textOf((yield* post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: TOOL, arguments: { text: "m" }, _meta: meta } })).result)).toBe("shop:getCart:m")
 
       const trace = yield* Effect.suspend(() => {
         const spans = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === hostTrace)

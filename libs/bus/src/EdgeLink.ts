@@ -40,7 +40,10 @@ export interface Socket {
  * by its final response (`end`), or an open GET stream, whose events carry ids.
  */
 export interface HttpExchange {
-  readonly send: (data: Uint8Array | string, options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string }) => void
+  readonly send: (
+    data: Uint8Array | string,
+    options?: { readonly end?: boolean; readonly eventId?: string; readonly traceparent?: string; readonly status?: number }
+  ) => void
 }
 
 /** What a service's `open` queue group is asked: `requestOpen` asks, the actor host serves. */
@@ -120,6 +123,7 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
         if (options.end === true) headers[Subjects.Header.httpEnd] = "1"
         if (options.eventId !== undefined) headers[Subjects.Header.eventId] = options.eventId
         if (options.traceparent !== undefined) headers[Subjects.Header.traceparent] = options.traceparent
+        if (options.status !== undefined) headers[Subjects.Header.httpStatus] = String(options.status)
         bus.unsafePublish(out, data, headers)
       }
     }

@@ -46,6 +46,13 @@ export const Header = {
   lastEventId: "sb-last-event-id",
   /** On a hand-off's `hold` to the edge and the marker the edge puts on the connection's subject: which hand-off. */
   handoff: "sb-handoff",
+  /**
+   * On an answer to an exchange: its HTTP status when not 200. A modern request's refusal that only
+   * a replica can find (a header mismatch against the tool's schema) is a 400 (MCP 2026-07-28).
+   */
+  httpStatus: "sb-http-status",
+  /** On a modern `tools/call` from the edge: the request's `Mcp-Param-*` headers (`ParamHeaders.encodeReceived`). */
+  mcpParams: "sb-mcp-params",
   /** On a `taskCancelled` broadcast: which task of the user. */
   task: "sb-task",
   traceparent: "traceparent",

@@ -8,6 +8,7 @@ import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { Id, isRecord } from "./JsonRpc.ts"
+import * as ParamHeaders from "./ParamHeaders.ts"
 
 /** MCP-B's own error code: no tab has (or could be opened for) the tool. */
 export const TabNotFound = -32001
@@ -87,7 +88,13 @@ export const Tool = Schema.Struct({
   ),
   inputSchema: required(
     JsonObject.annotations(rejects("input-schema", NotObjectSchema)).pipe(
-      Schema.filter((schema) => schema["type"] === "object", rejects("input-schema", NotObjectSchema))
+      Schema.filter((schema) => schema["type"] === "object", rejects("input-schema", NotObjectSchema)),
+      // MCP 2026-07-28: a client on Streamable HTTP must drop a tool whose x-mcp-header is
+      // invalid; refused here, the page hears why and no client has to.
+      Schema.filter((schema) => {
+        const invalid = ParamHeaders.invalidAnnotation(schema)
+        return invalid === undefined || `inputSchema: ${invalid}`
+      }, { [RejectionKind]: "input-schema" })
     ),
     "input-schema",
     NotObjectSchema

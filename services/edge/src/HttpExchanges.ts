@@ -67,6 +67,8 @@ export interface Delivery {
   readonly eventId?: string | undefined
   /** The trace the answer belongs to: its delivery gets a span. */
   readonly traceparent?: string | undefined
+  /** The answer's HTTP status when not 200 (a refusal), as the service gave it; a stream's answer is in a 200 already. */
+  readonly status?: string | undefined
 }
 
 export interface HttpExchanges {
@@ -124,6 +126,12 @@ const HTTP_SPAN = { "sb.transport": "http" } as const
 /** One SSE event; a line break inside `data` would end the field, so each line gets its own. */
 const sseEvent = (data: string, id: string | undefined) =>
   `${id === undefined ? "" : `id: ${id}\n`}data: ${data.includes("\n") ? data.split(/\r?\n/).join("\ndata: ") : data}\n\n`
+
+/** Only a client error may replace the 200: a service names a refusal, never a redirect or a success of its own. */
+const statusOf = (d: Delivery) => {
+  const status = d.status === undefined ? 200 : Number(d.status)
+  return Number.isInteger(status) && status >= 400 && status < 500 ? status : 200
+}
 
 const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive" } as const
 
@@ -316,7 +324,7 @@ export const make = (
           clearTimeout(ex.timer)
           // A request cancelled by the client ends with nothing to say.
           if (d.data.byteLength === 0) return void res.writeHead(202).end()
-          res.writeHead(200, { "content-type": "application/json", "content-length": d.data.byteLength, ...ex.of.headers }).end(d.data)
+          res.writeHead(statusOf(d), { "content-type": "application/json", "content-length": d.data.byteLength, ...ex.of.headers }).end(d.data)
           return ended(ex)
         }
         // A notification before the answer: the response becomes a stream (the POST accepted one).

@@ -8,7 +8,7 @@
  * for a stream that breaks: its client listens again.
  */
 import { type Bus, Subjects } from "@switchboard/bus"
-import { type Auth, JsonRpc, Modern } from "@switchboard/protocol"
+import { type Auth, JsonRpc, Modern, ParamHeaders } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind, type Tracer } from "@opentelemetry/api"
 import * as Effect from "effect/Effect"
@@ -108,11 +108,14 @@ export const make = (options: ModernHttpOptions): ModernHttp => {
       onCut: tellCancelled,
       onClosed: tellCancelled
     })
+    // Only the replica knows which arguments the tool mirrors into Mcp-Param-* headers: it checks them.
+    const params = request.method === "tools/call" ? ParamHeaders.encodeReceived(req.headers) : undefined
     publish(Subjects.stateless("registry"), body, {
       [Subjects.Header.user]: user,
       [Subjects.Header.edge]: edgeId,
       [Subjects.Header.http]: String(n),
-      ...(traced === undefined ? {} : { [Subjects.Header.traceparent]: traced.traceparent })
+      ...(traced === undefined ? {} : { [Subjects.Header.traceparent]: traced.traceparent }),
+      ...(params === undefined ? {} : { [Subjects.Header.mcpParams]: params })
     })
     traced?.span.end()
   }

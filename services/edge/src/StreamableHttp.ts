@@ -355,7 +355,8 @@ export const make = (
         data: m.data,
         end: m.header(Subjects.Header.httpEnd) === "1",
         eventId: m.header(Subjects.Header.eventId),
-        traceparent: m.header(Subjects.Header.traceparent)
+        traceparent: m.header(Subjects.Header.traceparent),
+        status: m.header(Subjects.Header.httpStatus)
       })
 
     return {

@@ -9,7 +9,7 @@
  * (`Tasks.ts`): a client that declares the tasks extension gets one for its `tools/call`.
  */
 import { type Actors, Bus, Subjects } from "@switchboard/bus"
-import { JsonRpc, Modern, Registry } from "@switchboard/protocol"
+import { JsonRpc, Modern, ParamHeaders, Registry } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -199,6 +199,7 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
       if (Either.isLeft(decoded) || decoded.right._tag !== "Request") return
       const request = decoded.right.message
       const traceparent = m.header(Subjects.Header.traceparent)
+      const mcpParams = m.header(Subjects.Header.mcpParams)
       withEndpoint(user, (slot, endpoint) => {
         if (endpoint === undefined) {
           const out = link.exchange(Subjects.EdgeId(edge), Subjects.ConnId(NO_ENDPOINT), exchange)
@@ -211,12 +212,20 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
         })
         const key = `${edge}/${exchange}`
         if (cancelled(key)) return ex.end()
-        answer(endpoint, request, ex, key, traceparent)
+        answer(endpoint, request, ex, key, traceparent, mcpParams)
       })
     }
 
-    /** Where a request's answer goes: the edge's exchange; the endpoint is let go with the answer. */
-    const exchangeOn = (endpoint: Endpoint, edge: Subjects.EdgeId, exchange: string, release: () => void): HubTransport.Exchange => {
+    /**
+     * Where a request's answer goes: the edge's exchange; the endpoint is let go with the answer.
+     * A refusal is an answer with an HTTP status of its own.
+     */
+    const exchangeOn = (
+      endpoint: Endpoint,
+      edge: Subjects.EdgeId,
+      exchange: string,
+      release: () => void
+    ): HubTransport.Exchange & { readonly refuse: (data: string, status: number) => void } => {
       const out = link.exchange(edge, endpoint.conn.id, exchange)
       let open = true
       const last = () => {
@@ -235,12 +244,22 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
         end: () => {
           if (last()) out.send("", { end: true })
         },
+        refuse: (data, status) => {
+          if (last()) out.send(data, { end: true, status })
+        },
         // A request belongs to no session that could move: nothing to hand over.
         ref: undefined
       }
     }
 
-    const answer = (endpoint: Endpoint, request: JsonRpc.Request, ex: HubTransport.Exchange, key: string, traceparent: string | undefined) => {
+    const answer = (
+      endpoint: Endpoint,
+      request: JsonRpc.Request,
+      ex: ReturnType<typeof exchangeOn>,
+      key: string,
+      traceparent: string | undefined,
+      mcpParams: string | undefined
+    ) => {
       switch (request.method) {
         case "tools/list": {
           const fields = ToolsPage.page(endpoint.view().aggregate(), request.params, replica.config)
@@ -250,6 +269,13 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
         case "tools/call": {
           const params = decodeCallParams(request.params)
           if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
+          // MCP 2026-07-28's Server Validation: the Mcp-Param-* headers the tool's x-mcp-header
+          // asks for must say what the body does, or a proxy routed on a value the tab never gets.
+          const listed = endpoint.view().aggregate().byName.get(params.right.name)
+          const mismatch = listed === undefined
+            ? undefined
+            : ParamHeaders.mismatch(ParamHeaders.of(listed.tool.inputSchema), params.right.arguments, ParamHeaders.decodeReceived(mcpParams))
+          if (mismatch !== undefined) return ex.refuse(failure(request.id, Modern.ErrorCode.HeaderMismatch, mismatch), 400)
           // A client that takes a task gets one for any tool it may call (tools/list lists it):
           // its call may wait for a tab to open or retry for many seconds, and no HTTP stream
           // has to stay open meanwhile. An unknown tool is answered at once, as without tasks.

@@ -71,4 +71,30 @@ describe("tool rejections", () => {
     const icons = [{ src: "https://x/i.png", mimeType: "image/png", sizes: ["48x48"], theme: "light" }]
     expect(Registry.validateTool({ ...ok, icons: [{ ...icons[0], extra: 1 }] })).toEqual(Either.right({ ...ok, icons }))
   })
+
+  it("rejects a tool whose x-mcp-header a client on Streamable HTTP would have to drop (MCP 2026-07-28), saying which and why", () => {
+    const reason = (properties: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+      Either.match(Registry.validateTool({ name: "t", inputSchema: { type: "object", properties, ...extra } }), { onLeft: (r) => `${r.kind}: ${r.reason}`, onRight: () => "accepted" })
+    const region = { type: "string", "x-mcp-header": "Region" }
+    expect(reason({ region, nested: { type: "object", properties: { on: { type: "boolean", "x-mcp-header": "On" } } }, n: { type: "integer", "x-mcp-header": "N" } })).toBe("accepted")
+    // A property named x-mcp-header, or the key inside a default, annotates nothing.
+    expect(reason({ "x-mcp-header": { type: "string" }, d: { type: "object", default: { "x-mcp-header": 1 } } })).toBe("accepted")
+    expect(reason({ region: { type: "string", "x-mcp-header": "" } })).toBe('input-schema: tool "t": inputSchema: x-mcp-header on property region must be a non-empty string')
+    expect(reason({ region: { type: "string", "x-mcp-header": "Re gion" } })).toBe(
+      'input-schema: tool "t": inputSchema: x-mcp-header "Re gion" on property region is not an HTTP token (RFC 9110: no spaces, control characters or delimiters)'
+    )
+    expect(reason({ region: { type: "string", "x-mcp-header": "A\r\nB" } })).toMatch(/is not an HTTP token/)
+    expect(reason({ region, zone: { type: "string", "x-mcp-header": "REGION" } })).toBe(
+      'input-schema: tool "t": inputSchema: x-mcp-header "REGION" on property zone repeats "Region": names must differ ignoring case'
+    )
+    expect(reason({ size: { type: "number", "x-mcp-header": "Size" } })).toBe('input-schema: tool "t": inputSchema: x-mcp-header "Size" on property size needs type string, integer or boolean, not "number"')
+    expect(reason({ o: { type: "object", "x-mcp-header": "O" } })).toMatch(/needs type string, integer or boolean, not "object"$/)
+    expect(reason({ a: { type: "array", "x-mcp-header": "A" } })).toMatch(/needs type string, integer or boolean, not "array"$/)
+    expect(reason({ u: { "x-mcp-header": "U" } })).toMatch(/needs type string, integer or boolean, not "none"$/)
+    const unreachable = /x-mcp-header on .* is not statically reachable: only a chain of "properties" may lead to it/
+    expect(reason({ list: { type: "array", items: { type: "string", "x-mcp-header": "Item" } } })).toMatch(unreachable)
+    expect(reason({ one: { oneOf: [{ type: "string", "x-mcp-header": "One" }] } })).toMatch(unreachable)
+    expect(reason({}, { $defs: { r: { type: "string", "x-mcp-header": "R" } } })).toMatch(unreachable)
+    expect(reason({}, { "x-mcp-header": "Root" })).toMatch(/x-mcp-header on the schema's root is not statically reachable/)
+  })
 })
