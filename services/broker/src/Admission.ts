@@ -18,7 +18,7 @@ const CloseCode = Edge.CloseCode
 const refuse = (reason: string) => Either.left(new Actors.Refuse(CloseCode.PolicyViolation, reason))
 
 /** The topic a socket asks for and the participant its token names, or why it may not join. */
-export const admit = (open: Edge.OpenEvent): Either.Either<{ readonly topic: string; readonly token: NonNullable<Edge.OpenEvent["claims"]> }, Actors.Refuse> => {
+export const admit = (open: Edge.OpenEvent): Either.Either<{ readonly topic: string; readonly token: Auth.Claims }, Actors.Refuse> => {
   const topic = open.query["topic"]
   if (topic === undefined || topic === "") return refuse("topic is required (?topic=)")
   if (topic.length > Mcpx.MAX_TOPIC_LENGTH) return refuse(`topic names are limited to ${Mcpx.MAX_TOPIC_LENGTH} characters`)
