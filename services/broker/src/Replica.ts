@@ -56,6 +56,8 @@ export const make = Effect.gen(function*() {
   /** Runs work that starts outside any Effect (bus callbacks, timers) until the broker stops. */
   const run = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
   const { tracer } = yield* Telemetry.Tracing
+  /** This replica's id, the value of its claims. */
+  const id: string = randomUUID()
 
   const toTopic = (topic: string, event: Peer.Tell<Mcpx.TopicEvent>, traceparent?: string) =>
     topicEvents.publish(bus, Subjects.topic(topic), event, traceparent)
@@ -75,8 +77,7 @@ export const make = Effect.gen(function*() {
     replicas,
     members,
     tracer,
-    /** This replica's id, the value of its claims. */
-    id: randomUUID(),
+    id,
     scope,
     run,
     toTopic,
@@ -95,6 +96,6 @@ export const make = Effect.gen(function*() {
 export type Replica = Effect.Effect.Success<typeof make>
 
 /** Forgets `topic` as one this replica sequences, unless a newer sequencer has its name already. */
-export const forget = (replica: Replica, topic: TopicSequencer) => {
+export const forget = (replica: Pick<Replica, "sequenced">, topic: TopicSequencer) => {
   if (replica.sequenced.get(topic.name) === topic) replica.sequenced.delete(topic.name)
 }

@@ -22,7 +22,7 @@ import type { TopicSequencer } from "./TopicSequencer.ts"
  */
 const RELEASE_GRACE = "1 second"
 
-export const make = (replica: Replica) => {
+export const make = (replica: Pick<Replica, "claims" | "id" | "sequenced">) => {
   const { claims } = replica
 
   const letGo = (topic: TopicSequencer) =>

@@ -7,6 +7,7 @@ import { type Actors, type Bus, Peer, Subjects } from "@switchboard/bus"
 import { Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
@@ -51,7 +52,16 @@ export const entry = (seq: number, text = `e${seq}`) => ({ seq, data: encoder.en
  * A sequencer of topic `room` in `phase`, with what it sends, closes, records, publishes on the
  * topic's subject, and asks of its release role, kept for the test to read.
  */
-export const sequencer = (options: { readonly phase?: Phase; readonly delivered?: number; readonly maxParticipants?: number; readonly transfer?: Transfer } = {}) =>
+export const sequencer = (
+  options: {
+    readonly phase?: Phase
+    readonly delivered?: number
+    readonly maxParticipants?: number
+    readonly transfer?: Transfer
+    /** The release role to give it, instead of queues that say what it asked. */
+    readonly roles?: Pick<Sequencing, "release" | "reclaim">
+  } = {}
+) =>
   Effect.gen(function*() {
     const sent: Array<Sent> = []
     const closed: Array<string> = []
@@ -62,7 +72,15 @@ export const sequencer = (options: { readonly phase?: Phase; readonly delivered?
     const socket = (to: string): Actors.Socket => ({
       send: (data) => void sent.push({ to, envelope: JSON.parse(typeof data === "string" ? data : decoder.decode(data)) })
     })
-    const run = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
+    const runFork = yield* FiberSet.runtime(yield* FiberSet.make())<never>()
+    const forks: Array<Fiber.RuntimeFiber<unknown, unknown>> = []
+    const run: Sequencing["run"] = (effect) => {
+      const fiber = runFork(effect)
+      forks.push(fiber)
+      return fiber
+    }
+    /** Until the work the sequencer started since the last look is done (not for idle timers: they sleep). */
+    const settled = Effect.suspend(() => Effect.forEach(forks.splice(0), Fiber.await, { discard: true }))
     const sequencing: Sequencing = {
       link: {
         to: (edge, conn) => socket(`${edge}/${conn}`),
@@ -81,7 +99,8 @@ export const sequencer = (options: { readonly phase?: Phase; readonly delivered?
         Effect.suspend(() => {
           topic.reclaiming = true
           return Queue.offer(reclaims, topic)
-        })
+        }),
+      ...options.roles
     }
     const subscription = yield* Scope.make()
     const topic = new TopicSequencer(sequencing, "room", subscription, {
@@ -91,7 +110,7 @@ export const sequencer = (options: { readonly phase?: Phase; readonly delivered?
     })
     /** What was sent since the last look. */
     const take = () => sent.splice(0)
-    return { topic, take, closed, recorded, published, released, reclaims }
+    return { topic, take, settled, closed, recorded, published, released, reclaims }
   })
 
 /** Until the sequencer's idle timer sleeps on the test clock. */

@@ -27,7 +27,7 @@ describe("a topic changing hands", () => {
   it.scoped("the new sequencer handles the forwarded share first, then what it heard after its marker, and the old one's end of it resumes it", () =>
     Effect.gen(function*() {
       const transfer = new Transfer("t1")
-      const { take, topic } = yield* sequencer({ phase: "receiving", transfer })
+      const { settled, take, topic } = yield* sequencer({ phase: "receiving", transfer })
       // Before the marker: the old sequencer heard these too, and forwards them.
       topic.onMessage(onSubject(joined(carol)))
       topic.onMessage(onSubject(left(carol)))
@@ -38,8 +38,11 @@ describe("a topic changing hands", () => {
       expect(take().map((s) => `${s.to} ${s.envelope.payload["event"]}`)).toEqual(["e2/c3 welcome"])
       // Another hand-off's end is not this one's.
       topic.onMessage(onSubject(new Mcpx.TopicForwardEnd({ token: "t0" })))
+      yield* settled
+      expect(topic.phase).toBe("receiving")
       topic.onMessage(onSubject(new Mcpx.TopicForwardEnd({ token: "t1" })))
-      yield* Effect.yieldNow().pipe(Effect.repeat({ until: () => topic.phase === "owner" }))
+      yield* settled
+      expect(topic.phase).toBe("owner")
       expect(take().map((s) => `${s.to} ${s.envelope.payload["event"]}`)).toEqual(["e1/c2 welcome"])
       expect([...topic.members.keys()]).toEqual(["bob"])
     }))
