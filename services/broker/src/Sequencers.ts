@@ -4,8 +4,7 @@
  * then). Each sequencer (`TopicSequencer.ts`) gets the replica's link, settings and the roles it
  * hands its other phases to.
  */
-import type { Bus, Kv } from "@switchboard/bus"
-import { Subjects } from "@switchboard/bus"
+import { type Bus, type Kv, Subjects } from "@switchboard/bus"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"

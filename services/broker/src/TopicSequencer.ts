@@ -1,14 +1,13 @@
 /**
  * The sequencer of one topic: it follows the topic's history, whose order is the topic's total
  * order, and fans each envelope out with one publish per edge that has members; joins and leaves
- * reach it on the topic's subject, and it welcomes members and tells the others. A class, so that
- * the topics of a replica share its handlers. What it does in the phases when it is not the
- * topic's plain owner belongs to other roles, which it is given (`Sequencing`): giving the topic
- * up once idle (`TopicRelease.ts`) and handing it between replicas (`TopicTransfer.ts`).
+ * reach it on the topic's subject, and it welcomes members and tells the others. One instance per
+ * topic holds the state its phases share. What it does in the phases when it is not the topic's
+ * plain owner belongs to other roles, which it is given (`Sequencing`): giving the topic up once
+ * idle (`TopicRelease.ts`) and handing it between replicas (`TopicTransfer.ts`).
  */
 import { SpanKind, type Tracer } from "@opentelemetry/api"
-import type { Actors, Bus, Journal, Peer } from "@switchboard/bus"
-import { Subjects } from "@switchboard/bus"
+import { type Actors, type Bus, type Journal, type Peer, Subjects } from "@switchboard/bus"
 import { Edge, Mcpx } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Deferred from "effect/Deferred"
