@@ -1,5 +1,5 @@
 /**
- * One MCPx participant's actor, once admitted to its topic (see `Broker.ts` for the admission):
+ * One MCPx participant's actor, once admitted to its topic (see `Admission.ts`):
  * it checks every envelope (shape, `from`, duplicate ids, privilege, size and rate) and appends
  * the accepted ones to the topic's history; its topic's sequencer sends them out.
  */
