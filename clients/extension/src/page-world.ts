@@ -145,7 +145,7 @@ const handle = async (mc: ModelContext, method: string, params: Json): Promise<J
       }
     }
     default:
-      throw Object.assign(new Error(`Method not found: ${method}`), { code: -32601 })
+      throw Object.assign(new Error(`Method not found: ${method}`), { code: JsonRpc.ErrorCode.MethodNotFound })
   }
 }
 
