@@ -4,27 +4,22 @@
  * socket is kept up with backoff; the extension is attached when the socket opens and again on the
  * next call after it went away (`disconnected`), so a browser that restarts is picked up.
  */
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
+import * as JsonRpc from "@switchboard/protocol/JsonRpc"
+import * as Proxy from "@switchboard/protocol/Proxy"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import { setTimeout as sleep } from "node:timers/promises"
-import { Backoff } from "./Backoff.ts"
 import { JsonRpcSocket, RpcError, SocketClosed } from "./JsonRpcSocket.ts"
 import { describe, type Log } from "./Log.ts"
 import * as Socket from "./Socket.ts"
 import { FirstAttempt } from "./FirstAttempt.ts"
 import { Unreachable } from "./Unreachable.ts"
 
-const HandshakeResult = Schema.Struct({ authenticated: Schema.Literal(true), user_id: Schema.String })
-const Extensions = Schema.Struct({ extensions: Schema.Array(Schema.Struct({ id: Schema.String, name: Schema.String })) })
-const Connected = Schema.Struct({ connection_id: Schema.String, extension_id: Schema.String, extension_name: Schema.optional(Schema.String) })
-const Disconnected = Schema.Struct({ connection_id: Schema.String, reason: Schema.optional(Schema.String) })
-
 /** The proxy's own answers, and the extension's through it, may take this long (the router's default is 120 s). */
 const FORWARD_TIMEOUT = 150_000
 const CONTROL_TIMEOUT = 10_000
 const STABLE_AFTER = 10_000
-/** The proxy's answer to a forwarded request when this client has no extension attached. */
-const NOT_CONNECTED = "Not connected to an extension"
 
 /** No extension to forward to; the message says why, for the host's model to read. */
 export class NoExtension extends Error {}
@@ -85,7 +80,7 @@ export class BrowserLink {
       } catch (e) {
         if (e instanceof SocketClosed) throw new Unreachable(this.options.name)
         // The proxy ended our session (the extension left) before its `disconnected` reached us.
-        if (e instanceof RpcError && e.message === NOT_CONNECTED && attempt === 0) {
+        if (e instanceof RpcError && e.message === Proxy.NotConnected && attempt === 0) {
           if (this.attached === attached) this.attached = undefined
           continue
         }
@@ -101,7 +96,7 @@ export class BrowserLink {
 
   private async choose(rpc: JsonRpcSocket): Promise<Attached> {
     const { log } = this.options
-    const { extensions } = decode(Extensions, "list_extensions", await this.control(rpc, "list_extensions", {}))
+    const { extensions } = decode(Proxy.ExtensionsResult, "list_extensions", await this.control(rpc, "list_extensions", {}))
     const wanted = this.options.extension
     const lost = this.lost === undefined ? "" : ` (the last one went away: ${this.lost})`
     const listed = extensions.map((e) => `${e.name} (${e.id})`).join(", ")
@@ -118,11 +113,11 @@ export class BrowserLink {
     }
     const answer = await this.control(rpc, "connect", { extension_id: chosen.id }).catch(async (e: unknown) => {
       // -32001: still attached on the proxy's side (a `disconnected` we missed); detach and retry.
-      if (!(e instanceof RpcError) || e.code !== -32001) throw e
+      if (!(e instanceof RpcError) || e.code !== JsonRpc.ErrorCode.ServerError1) throw e
       await this.control(rpc, "disconnect", {})
       return this.control(rpc, "connect", { extension_id: chosen.id })
     })
-    const connected = decode(Connected, "connect", answer)
+    const connected = decode(Proxy.ConnectResult, "connect", answer)
     const attached = { connectionId: connected.connection_id, extensionId: connected.extension_id, name: connected.extension_name ?? chosen.name }
     if (this.rpc === rpc) {
       this.attached = attached
@@ -135,14 +130,14 @@ export class BrowserLink {
   private control(rpc: JsonRpcSocket, method: string, params: object) {
     return rpc.request(method, params, { timeoutMillis: CONTROL_TIMEOUT }).catch((e: unknown) => {
       if (e instanceof SocketClosed) throw new Unreachable(this.options.name)
-      if (e instanceof RpcError && method === "connect" && e.code !== -32001) throw new NoExtension(`could not connect to the browser extension: ${e.message}`)
+      if (e instanceof RpcError && method === "connect" && e.code !== JsonRpc.ErrorCode.ServerError1) throw new NoExtension(`could not connect to the browser extension: ${e.message}`)
       throw e
     })
   }
 
   private onNotification(rpc: JsonRpcSocket, method: string, params: unknown) {
     if (method !== "disconnected") return // `status` keepalives, and anything newer
-    const notice = Schema.decodeUnknownOption(Disconnected)(params)
+    const notice = Schema.decodeUnknownOption(Proxy.DisconnectedParams)(params)
     if (notice._tag === "None" || this.rpc !== rpc || this.attached?.connectionId !== notice.value.connection_id) return
     const reason = notice.value.reason ?? "no reason given"
     this.options.log.warn(`browser: extension ${this.attached.name} disconnected (${reason}); the next browser tool call connects again`)
@@ -160,7 +155,7 @@ export class BrowserLink {
         Socket.keepAlive(socket)
         const opened: JsonRpcSocket = new JsonRpcSocket(socket, (method, params) => this.onNotification(opened, method, params))
         rpc = opened
-        decode(HandshakeResult, "mcp_handshake", await rpc.request("mcp_handshake", { accessToken: this.options.token }, { timeoutMillis: CONTROL_TIMEOUT }))
+        decode(Proxy.HandshakeResult, "mcp_handshake", await rpc.request("mcp_handshake", { accessToken: this.options.token }, { timeoutMillis: CONTROL_TIMEOUT }))
       } catch (e) {
         rpc?.close()
         this.firstAttempt.done()

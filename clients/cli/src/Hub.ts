@@ -6,7 +6,7 @@
  */
 import type { CallToolResult } from "@modelcontextprotocol/server"
 import { setTimeout as sleep } from "node:timers/promises"
-import { Backoff } from "./Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
 import { FirstAttempt } from "./FirstAttempt.ts"
 import { probe } from "./HubEra.ts"
 import { HubLink, type HubLinkOptions } from "./HubLink.ts"

@@ -9,7 +9,7 @@ import { type RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.j
 import { CallToolResultSchema, ErrorCode, McpError, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js"
 import type { CallToolResult } from "@modelcontextprotocol/server"
 import { setTimeout as sleep } from "node:timers/promises"
-import { Backoff } from "./Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
 import { HubTransport } from "./HubTransport.ts"
 import { describe, type Log } from "./Log.ts"
 import { FirstAttempt } from "./FirstAttempt.ts"

@@ -3,8 +3,8 @@
  * numeric ids, answers matched to requests, notifications handed on, and everything in flight
  * rejected the moment the socket closes, so no caller waits on a dead connection.
  */
+import * as JsonRpc from "@switchboard/protocol/JsonRpc"
 import * as Either from "effect/Either"
-import * as Schema from "effect/Schema"
 import type { WebSocket } from "ws"
 
 /** An error answer from the other side (the proxy, or the extension through it). */
@@ -20,13 +20,19 @@ export class RpcError extends Error {
 /** The socket closed (or was never usable) before the answer came. */
 export class SocketClosed extends Error {}
 
-const Id = Schema.Union(Schema.Number, Schema.String)
-const Incoming = Schema.Union(
-  Schema.Struct({ id: Id, error: Schema.Struct({ code: Schema.Number, message: Schema.String }) }),
-  Schema.Struct({ id: Id, result: Schema.Unknown }),
-  Schema.Struct({ method: Schema.String, params: Schema.optional(Schema.Unknown) })
-)
-const decodeIncoming = Schema.decodeUnknownEither(Schema.parseJson(Incoming))
+/**
+ * The frame as a JSON-RPC message, or undefined. Parsed without the services' depth limit: what an
+ * extension answers (a page's accessibility tree) may nest deep, and this side only passes it on.
+ */
+const decodeIncoming = (text: string): JsonRpc.Incoming | undefined => {
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  return Either.getOrUndefined(JsonRpc.decodeValue(raw))
+}
 
 interface Pending {
   readonly resolve: (result: unknown) => void
@@ -59,9 +65,9 @@ export class JsonRpcSocket {
     socket.on("error", () => {}) // the close that follows says what happened
     socket.on("message", (data) => {
       const decoded = decodeIncoming(data.toString())
-      if (Either.isLeft(decoded)) return
-      const m = decoded.right
-      if ("method" in m) return onNotification(m.method, m.params)
+      if (decoded === undefined) return
+      if (decoded._tag !== "Response") return onNotification(decoded.message.method, decoded.message.params)
+      const m = decoded.message
       if (typeof m.id !== "number") return
       const p = this.pending.get(m.id)
       if (p === undefined) return // late: cancelled or timed out here
@@ -78,8 +84,8 @@ export class JsonRpcSocket {
       const timer =
         options.timeoutMillis === undefined
           ? undefined
-          : setTimeout(() => settle(() => reject(new RpcError(-32001, `${method}: no answer within ${options.timeoutMillis} ms`))), options.timeoutMillis)
-      const onAbort = () => settle(() => reject(new RpcError(-32800, `${method}: cancelled`)))
+          : setTimeout(() => settle(() => reject(new RpcError(JsonRpc.ErrorCode.ServerError1, `${method}: no answer within ${options.timeoutMillis} ms`))), options.timeoutMillis)
+      const onAbort = () => settle(() => reject(new RpcError(JsonRpc.ErrorCode.RequestCancelled, `${method}: cancelled`)))
       const settle = (then: () => void) => {
         this.pending.delete(id)
         if (timer !== undefined) clearTimeout(timer)
@@ -89,7 +95,7 @@ export class JsonRpcSocket {
       if (options.signal?.aborted === true) return onAbort()
       options.signal?.addEventListener("abort", onAbort, { once: true })
       this.pending.set(id, { resolve: (r) => settle(() => resolve(r)), reject: (e) => settle(() => reject(e)) })
-      this.socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }))
+      this.socket.send(JsonRpc.request(id, method, params))
     })
   }
 

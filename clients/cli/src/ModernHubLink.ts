@@ -8,7 +8,7 @@
 import { Client, ProtocolError, SdkHttpError, StreamableHTTPClientTransport } from "@modelcontextprotocol/client"
 import type { CallToolResult } from "@modelcontextprotocol/server"
 import { setTimeout as sleep } from "node:timers/promises"
-import { Backoff } from "./Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
 import { MODERN } from "./HubEra.ts"
 import { CALL_TIMEOUT, CONTROL_TIMEOUT, type HubLinkOptions, MAX_PAGES } from "./HubLink.ts"
 import { FirstAttempt } from "./FirstAttempt.ts"

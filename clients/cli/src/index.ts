@@ -1,5 +1,4 @@
 // switchboard-mcp as a library: the bridge and its parts, for tests and for embedding.
-export * as Backoff from "./Backoff.ts"
 export * as BrowserTools from "./BrowserTools.ts"
 export { Bridge } from "./Bridge.ts"
 export * as Options from "./Options.ts"

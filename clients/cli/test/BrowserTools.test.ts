@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Either from "effect/Either"
-import { Backoff } from "../src/Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
 import { browserTools, byName, imageOf } from "../src/BrowserTools.ts"
 
 describe("BrowserTools", () => {

@@ -4,8 +4,9 @@
  * (`createTab` → `{tab: {id, title, url}}`, `getTabs` → `{tabs}`, `selectTab` by `tabIndex`) and
  * the stdio bridge's (`tabId`, `selector`, `text`, `fullPage`, `browser_navigate`), so either works.
  */
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
 import * as Debugger from "./Debugger.ts"
-import { InvalidParams, type Json, MethodError, MethodNotFound } from "./Wire.ts"
+import { type Json, MethodError } from "./Wire.ts"
 
 const LOAD_TIMEOUT = 30_000
 
@@ -15,12 +16,12 @@ let selected: number | undefined
 const optionalInt = (params: Json, key: string): number | undefined => {
   const value = params[key]
   if (value === undefined || value === null) return undefined
-  if (typeof value !== "number" || !Number.isInteger(value)) throw new MethodError(`${key} must be an integer`, InvalidParams)
+  if (typeof value !== "number" || !Number.isInteger(value)) throw new MethodError(`${key} must be an integer`, JsonRpc.ErrorCode.InvalidParams)
   return value
 }
 const requiredString = (params: Json, key: string): string => {
   const value = params[key]
-  if (typeof value !== "string" || value === "") throw new MethodError(`${key} is required and must be a non-empty string`, InvalidParams)
+  if (typeof value !== "string" || value === "") throw new MethodError(`${key} is required and must be a non-empty string`, JsonRpc.ErrorCode.InvalidParams)
   return value
 }
 
@@ -118,7 +119,7 @@ const tabOfParams = async (params: Json): Promise<chrome.tabs.Tab> => {
   const tabId = optionalInt(params, "tabId")
   if (tabId !== undefined) return tabById(tabId)
   const index = optionalInt(params, "tabIndex") ?? optionalInt(params, "index")
-  if (index === undefined) throw new MethodError("pass tabId (or tabIndex from getTabs)", InvalidParams)
+  if (index === undefined) throw new MethodError("pass tabId (or tabIndex from getTabs)", JsonRpc.ErrorCode.InvalidParams)
   const tabs = await chrome.tabs.query({})
   const tab = tabs[index]
   if (tab === undefined) throw new MethodError(`no tab at index ${index}; there are ${tabs.length} (see getTabs)`)
@@ -341,6 +342,6 @@ const methods: Readonly<Record<string, (params: Json) => Promise<unknown>>> = {
 
 export const handle = (method: string, params: Json): Promise<unknown> => {
   const run = Object.hasOwn(methods, method) ? methods[method] : undefined
-  if (run === undefined) return Promise.reject(new MethodError(`Method not found: ${method} (this extension serves ${Object.keys(methods).join(", ")})`, MethodNotFound))
+  if (run === undefined) return Promise.reject(new MethodError(`Method not found: ${method} (this extension serves ${Object.keys(methods).join(", ")})`, JsonRpc.ErrorCode.MethodNotFound))
   return run(params)
 }

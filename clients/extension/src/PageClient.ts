@@ -4,7 +4,8 @@
  * its ids carry a random prefix: every client on the channel sees every reply, so ids that aren't
  * ours are someone else's.
  */
-import { envelope, envelopeOf, fromOwnWindow, type Id, isRecord, type Json, type Progress } from "./Wire.ts"
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
+import { envelope, envelopeOf, fromOwnWindow, type Json, type Progress } from "./Wire.ts"
 
 const CALL_TIMEOUT = 120_000
 const PROTOCOL_VERSION = "2025-06-18"
@@ -26,7 +27,7 @@ export interface CallOptions {
 export class PageClient {
   private readonly prefix = `switchboard-${crypto.randomUUID()}:`
   private seq = 0
-  private readonly pending = new Map<Id, Pending>()
+  private readonly pending = new Map<JsonRpc.Id, Pending>()
   private readonly listener = (event: MessageEvent) => this.onMessage(event)
 
   constructor(
@@ -53,7 +54,7 @@ export class PageClient {
     for (let page = 0; page < 100; page++) {
       const answer = await this.request("tools/list", cursor === undefined ? {} : { cursor })
       const list = answer["tools"]
-      if (Array.isArray(list)) for (const t of list) if (isRecord(t) && typeof t["name"] === "string") tools.push(t as Json & { name: string })
+      if (Array.isArray(list)) for (const t of list) if (JsonRpc.isRecord(t) && typeof t["name"] === "string") tools.push(t as Json & { name: string })
       cursor = typeof answer["nextCursor"] === "string" ? answer["nextCursor"] : undefined
       if (cursor === undefined) break
     }
@@ -101,7 +102,7 @@ export class PageClient {
   }
 
   private onProgress(params: unknown) {
-    if (!isRecord(params) || typeof params["progress"] !== "number") return
+    if (!JsonRpc.isRecord(params) || typeof params["progress"] !== "number") return
     const token = params["progressToken"]
     const pending = typeof token === "string" ? this.pending.get(token) : undefined
     pending?.onProgress?.({
@@ -114,7 +115,7 @@ export class PageClient {
   private onMessage(event: MessageEvent) {
     if (!fromOwnWindow(event)) return
     const message = envelopeOf(event.data, this.channel, "server-to-client")?.payload
-    if (!isRecord(message)) return
+    if (!JsonRpc.isRecord(message)) return
     if (message["method"] === "notifications/tools/list_changed") return this.onToolsChanged()
     if (message["method"] === "notifications/progress") return this.onProgress(message["params"])
     const id = message["id"]
@@ -124,7 +125,7 @@ export class PageClient {
     this.pending.delete(id)
     clearTimeout(pending.timer)
     const error = message["error"]
-    if (isRecord(error)) pending.reject(new Error(typeof error["message"] === "string" ? error["message"] : "the page answered with an error"))
-    else pending.resolve(isRecord(message["result"]) ? message["result"] : {})
+    if (JsonRpc.isRecord(error)) pending.reject(new Error(typeof error["message"] === "string" ? error["message"] : "the page answered with an error"))
+    else pending.resolve(JsonRpc.isRecord(message["result"]) ? message["result"] : {})
   }
 }

@@ -4,10 +4,13 @@
  * every forwarded request with the same id. The socket comes back with backoff whenever it drops;
  * the proxy's `status` every 20 s keeps the service worker awake, and an alarm is the floor.
  */
-import { Backoff } from "./Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
+// Types only: erased from the bundle, so the Schemas behind them stay out of it.
+import type * as Proxy from "@switchboard/protocol/Proxy"
 import * as BrowserControl from "./BrowserControl.ts"
 import * as Settings from "./Settings.ts"
-import { errorOf, failure, type Id, isRecord, type Json, result } from "./Wire.ts"
+import { errorOf, type Json } from "./Wire.ts"
 
 export interface ProxyState {
   readonly state: "unconfigured" | "connecting" | "authenticated" | "disconnected"
@@ -19,12 +22,11 @@ export interface ProxyState {
   readonly since: number
 }
 
-const isId = (u: unknown): u is Id => typeof u === "string" || typeof u === "number"
-
 export class ProxySession {
   private socket: WebSocket | undefined
   private retry: ReturnType<typeof setTimeout> | undefined
-  private readonly backoff = new Backoff()
+  /** 500 ms doubling to 30 s: a browser's sockets are many per server, and nobody waits on them. */
+  private readonly backoff = new Backoff({ initialMillis: 500, maxMillis: 30_000 })
   /** Bumped by every restart, so a connect that was under way when settings changed gives up. */
   private generation = 0
   state: ProxyState = { state: "unconfigured", since: Date.now() }
@@ -92,11 +94,11 @@ export class ProxySession {
     } catch {
       return
     }
-    if (!isRecord(message) || typeof message["method"] !== "string") return // responses: the extension sends no requests
+    if (!JsonRpc.isRecord(message) || typeof message["method"] !== "string") return // responses: the extension sends no requests
     const method = message["method"]
-    const params = isRecord(message["params"]) ? message["params"] : {}
+    const params = JsonRpc.isRecord(message["params"]) ? message["params"] : {}
     const id = message["id"]
-    if (!isId(id)) {
+    if (!JsonRpc.isId(id)) {
       if (method === "authenticated") {
         this.backoff.reset()
         this.set({
@@ -109,15 +111,20 @@ export class ProxySession {
       return // `status` and anything else: receiving it already kept the worker awake
     }
     if (method === "authenticate") {
-      return ws.send(result(id, { name: settings.name, accessToken: settings.token, client_id: clientId }))
+      const answer: Proxy.AuthenticateAnswer = { name: settings.name, ...(settings.token === undefined ? {} : { accessToken: settings.token }), client_id: clientId }
+      return ws.send(JsonRpc.result(id, answer))
     }
     this.answer(ws, id, method, params)
   }
 
-  private answer(ws: WebSocket, id: Id, method: string, params: Json) {
+  private answer(ws: WebSocket, id: JsonRpc.Id, method: string, params: Json) {
     BrowserControl.handle(method, params).then(
-      (value) => send(ws, result(id, value)),
-      (e: unknown) => send(ws, failure(id, errorOf(e)))
+      // A method that returns nothing still answers with a result: `{}`.
+      (value) => send(ws, JsonRpc.result(id, value ?? {})),
+      (e: unknown) => {
+        const { code, message } = errorOf(e)
+        send(ws, JsonRpc.failure(id, code, message))
+      }
     )
   }
 }

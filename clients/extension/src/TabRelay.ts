@@ -7,9 +7,13 @@
  * tells the registry when the tab is activated. The socket closes with the tab or its page; it
  * comes back with backoff if it drops.
  */
-import { Backoff } from "./Backoff.ts"
+import { Backoff } from "@switchboard/protocol/browser/Backoff"
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
+import * as Registry from "@switchboard/protocol/browser/Registry"
+// Types only: erased from the bundle, so the Schemas behind them stay out of it.
+import type { AuthenticateParams, Hello, RegisterTools } from "@switchboard/protocol/Registry"
 import * as Settings from "./Settings.ts"
-import { type FromPage, type Id, isRecord, type PageTool, PortName, type ToPage } from "./Wire.ts"
+import { type FromPage, type PageTool, PortName, type ToPage } from "./Wire.ts"
 
 export interface TabState {
   readonly tabId: number
@@ -22,13 +26,14 @@ export interface TabState {
 class TabLink {
   private socket: WebSocket | undefined
   private retry: ReturnType<typeof setTimeout> | undefined
-  private readonly backoff = new Backoff()
+  /** 500 ms doubling to 30 s: a browser's sockets are many per server, and nobody waits on them. */
+  private readonly backoff = new Backoff({ initialMillis: 500, maxMillis: 30_000 })
   private tools: ReadonlyArray<PageTool> | undefined
   /** Whether this socket has registered the tools once (then changes are updateTools). */
   private registered = false
   private closed = false
   /** The registry's progress token of each call under way that asked for progress. */
-  private readonly progressTokens = new Map<Id, string | number>()
+  private readonly progressTokens = new Map<JsonRpc.Id, string | number>()
   url: string | undefined
   title: string | undefined
 
@@ -45,17 +50,18 @@ class TabLink {
       } else if (this.socket.readyState === WebSocket.OPEN) this.relayTools()
     } else if (message.type === "result") {
       this.progressTokens.delete(message.id)
-      this.send({ jsonrpc: "2.0", id: message.id, result: { success: message.success, payload: message.payload } })
+      const answer: Registry.ExecuteResult = { success: message.success, payload: message.payload }
+      this.send(JsonRpc.result(message.id, answer))
     } else {
       const progressToken = this.progressTokens.get(message.id)
       if (progressToken === undefined) return
       const { type: _type, id: _id, ...progress } = message
-      this.send({ jsonrpc: "2.0", method: "notifications/progress", params: { ...progress, progressToken } })
+      this.send(JsonRpc.notification("notifications/progress", { ...progress, progressToken }))
     }
   }
 
   activated() {
-    this.send({ jsonrpc: "2.0", method: "browser/activated", params: {} })
+    this.send(JsonRpc.notification(Registry.Method.activated, {}))
   }
 
   /** The page changed its url without a new document (history API): the registry keeps the latest. */
@@ -92,14 +98,15 @@ class TabLink {
     if (this.tools !== undefined) void this.open()
   }
 
-  private send(message: object) {
-    if (this.socket?.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message))
+  private send(text: string) {
+    if (this.socket?.readyState === WebSocket.OPEN) this.socket.send(text)
   }
 
   private relayTools() {
-    const method = this.registered ? "browser/updateTools" : "browser/registerTools"
+    const method = this.registered ? Registry.Method.updateTools : Registry.Method.registerTools
     this.registered = true
-    this.send({ jsonrpc: "2.0", method, params: { tools: this.tools ?? [], ...(this.url === undefined ? {} : { tabUrl: this.url }) } })
+    const params: RegisterTools = { tools: this.tools ?? [], ...(this.url === undefined ? {} : { tabUrl: this.url }) }
+    this.send(JsonRpc.notification(method, params))
   }
 
   private async hello() {
@@ -107,11 +114,8 @@ class TabLink {
     if (tab === undefined) return this.close()
     this.url = tab.url
     this.title = tab.title
-    this.send({
-      jsonrpc: "2.0",
-      method: "browser/hello",
-      params: { tabId: this.tabId, url: tab.url ?? "", ...(tab.title === undefined ? {} : { title: tab.title }), active: tab.active }
-    })
+    const params: Hello = { tabId: this.tabId, url: tab.url ?? "", ...(tab.title === undefined ? {} : { title: tab.title }), active: tab.active }
+    this.send(JsonRpc.notification(Registry.Method.hello, params))
   }
 
   private async open() {
@@ -130,7 +134,8 @@ class TabLink {
     ws.onopen = () => {
       // On this socket, first: the registry acts on nothing before it. A notification, so no answer
       // resets the backoff; a refused token closes with 1008 and is retried like any other drop.
-      ws.send(JSON.stringify({ jsonrpc: "2.0", method: "authenticate", params: { token } }))
+      const params: AuthenticateParams = { token }
+      ws.send(JsonRpc.notification(Registry.Authenticate, params))
       void this.hello().then(() => {
         if (this.socket === ws) this.relayTools()
       })
@@ -157,21 +162,21 @@ class TabLink {
     } catch {
       return
     }
-    if (!isRecord(message)) return
+    if (!JsonRpc.isRecord(message)) return
     const id = message["id"]
     const params = message["params"]
-    if (message["method"] === "browser/executeTool" && (typeof id === "string" || typeof id === "number") && isRecord(params)) {
+    if (message["method"] === Registry.Method.executeTool && JsonRpc.isId(id) && JsonRpc.isRecord(params)) {
       const toolName = params["toolName"]
-      if (typeof toolName !== "string") return this.send({ jsonrpc: "2.0", id, result: { success: false, payload: "browser/executeTool without toolName" } })
-      const args = isRecord(params["args"]) ? params["args"] : {}
+      if (typeof toolName !== "string") return this.send(JsonRpc.result(id, { success: false, payload: `${Registry.Method.executeTool} without toolName` } satisfies Registry.ExecuteResult))
+      const args = JsonRpc.isRecord(params["args"]) ? params["args"] : {}
       const meta = params["_meta"]
-      const progressToken = isRecord(meta) ? meta["progressToken"] : undefined
+      const progressToken = JsonRpc.isRecord(meta) ? meta["progressToken"] : undefined
       const progress = typeof progressToken === "string" || typeof progressToken === "number"
       if (progress) this.progressTokens.set(id, progressToken)
       this.toPage({ type: "execute", id, toolName, args, progress })
-    } else if (message["method"] === "notifications/cancelled" && isRecord(params)) {
+    } else if (message["method"] === "notifications/cancelled" && JsonRpc.isRecord(params)) {
       const requestId = params["requestId"]
-      if (typeof requestId !== "string" && typeof requestId !== "number") return
+      if (!JsonRpc.isId(requestId)) return
       this.progressTokens.delete(requestId)
       this.toPage({ type: "cancel", id: requestId, ...(typeof params["reason"] === "string" ? { reason: params["reason"] } : {}) })
     } else if (!("method" in message)) {
@@ -185,7 +190,7 @@ class TabLink {
       this.port.postMessage(message)
     } catch {
       if (message.type === "execute") {
-        this.send({ jsonrpc: "2.0", id: message.id, result: { success: false, payload: `tab ${this.tabId} went away before the call reached it` } })
+        this.send(JsonRpc.result(message.id, { success: false, payload: `tab ${this.tabId} went away before the call reached it` } satisfies Registry.ExecuteResult))
       }
     }
   }
@@ -200,9 +205,9 @@ export const reopenAll = () => {
 }
 
 const isFromPage = (u: unknown): u is FromPage =>
-  isRecord(u) &&
+  JsonRpc.isRecord(u) &&
   ((u["type"] === "tools" && Array.isArray(u["tools"])) ||
-    (u["type"] === "result" && typeof u["success"] === "boolean") ||
+    (u["type"] === "result" && Registry.isExecuteResult(u)) ||
     (u["type"] === "progress" && typeof u["progress"] === "number"))
 
 export const start = () => {

@@ -1,38 +1,27 @@
 /**
  * The messages the extension's parts exchange: JSON-RPC 2.0 on its sockets, the content script's
  * port to the service worker, and the `@mcp-b/transports` tab envelope on `window.postMessage`.
+ * JSON-RPC itself, and what the extension says to the proxy and the registry, come from
+ * `@switchboard/protocol/browser`, shared with the services.
  */
-
-export type Id = string | number
-
-export interface RpcError {
-  readonly code: number
-  readonly message: string
-}
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
+import type * as Registry from "@switchboard/protocol/browser/Registry"
 
 export type Json = Record<string, unknown>
-
-export const isRecord = (u: unknown): u is Json => typeof u === "object" && u !== null && !Array.isArray(u)
 
 /** An error a method throws to answer with a JSON-RPC error a person can act on. */
 export class MethodError extends Error {
   constructor(
     message: string,
-    readonly code: number = -32000
+    readonly code: number = JsonRpc.ErrorCode.ServerError
   ) {
     super(message)
   }
 }
 
-export const InvalidParams = -32602
-export const MethodNotFound = -32601
-
-export const result = (id: Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value ?? {} })
-export const failure = (id: Id, error: RpcError) => JSON.stringify({ jsonrpc: "2.0", id, error })
-
 /** The error in a thrown value, for the wire. */
-export const errorOf = (e: unknown): RpcError =>
-  e instanceof MethodError ? { code: e.code, message: e.message } : { code: -32000, message: e instanceof Error ? e.message : String(e) }
+export const errorOf = (e: unknown): JsonRpc.ErrorObject =>
+  e instanceof MethodError ? { code: e.code, message: e.message } : { code: JsonRpc.ErrorCode.ServerError, message: e instanceof Error ? e.message : String(e) }
 
 // --- the content script's port to the service worker --------------------------------------
 
@@ -51,13 +40,13 @@ export interface Progress {
 /** Content script → service worker; `id` is the registry's id of a `browser/executeTool`. */
 export type FromPage =
   | { readonly type: "tools"; readonly tools: ReadonlyArray<PageTool> }
-  | { readonly type: "result"; readonly id: Id; readonly success: boolean; readonly payload: unknown }
-  | ({ readonly type: "progress"; readonly id: Id } & Progress)
+  | ({ readonly type: "result"; readonly id: JsonRpc.Id } & Registry.ExecuteResult)
+  | ({ readonly type: "progress"; readonly id: JsonRpc.Id } & Progress)
 
 /** Service worker → content script. */
 export type ToPage =
-  | { readonly type: "execute"; readonly id: Id; readonly toolName: string; readonly args: Json; readonly progress: boolean }
-  | { readonly type: "cancel"; readonly id: Id; readonly reason?: string }
+  | { readonly type: "execute"; readonly id: JsonRpc.Id; readonly toolName: string; readonly args: Json; readonly progress: boolean }
+  | { readonly type: "cancel"; readonly id: JsonRpc.Id; readonly reason?: string }
 
 // --- the @mcp-b/transports tab envelope ------------------------------------------------------
 
@@ -79,7 +68,7 @@ export const envelope = (channel: string, direction: Direction, payload: unknown
 
 /** `data` as an envelope on `channel` going `direction`, or undefined. */
 export const envelopeOf = (data: unknown, channel: string, direction: Direction): Envelope | undefined =>
-  isRecord(data) && data["channel"] === channel && data["type"] === "mcp" && data["direction"] === direction ? (data as unknown as Envelope) : undefined
+  JsonRpc.isRecord(data) && data["channel"] === channel && data["type"] === "mcp" && data["direction"] === direction ? (data as unknown as Envelope) : undefined
 
 /**
  * Only the page's own window speaks for the page: a frame, another window or another origin can

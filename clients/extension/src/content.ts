@@ -5,8 +5,9 @@
  * The tab transport wins when both answer, since it is the page's full MCP server (annotations kept).
  * Nothing connects to the service worker until the page has a server, so plain pages cost nothing.
  */
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
 import { PageClient } from "./PageClient.ts"
-import { envelope, envelopeOf, fromOwnWindow, type Id, isRecord, type Json, ModelContextChannel, PortName, type Progress, TabChannel, type ToPage } from "./Wire.ts"
+import { envelope, envelopeOf, fromOwnWindow, type Json, ModelContextChannel, PortName, type Progress, TabChannel, type ToPage } from "./Wire.ts"
 
 /** How long a modelContext-only page waits for a tab transport to show up as well. */
 const PREFER_TAB_TRANSPORT_MS = 300
@@ -28,9 +29,9 @@ const connectPort = () => {
   const p = chrome.runtime.connect({ name: PortName })
   port = p
   p.onMessage.addListener((message: unknown) => {
-    if (!isRecord(message)) return
+    if (!JsonRpc.isRecord(message)) return
     if (message["type"] === "execute") void execute(message as unknown as Extract<ToPage, { type: "execute" }>)
-    if (message["type"] === "cancel") inflight.get(message["id"] as Id)?.abort(message["reason"])
+    if (message["type"] === "cancel") inflight.get(message["id"] as JsonRpc.Id)?.abort(message["reason"])
   })
   p.onDisconnect.addListener(() => {
     if (port !== p) return
@@ -41,7 +42,7 @@ const connectPort = () => {
 }
 
 /** Calls under way, by the registry's id, so that its cancellation reaches the page. */
-const inflight = new Map<Id, AbortController>()
+const inflight = new Map<JsonRpc.Id, AbortController>()
 
 const execute = async ({ args, id, progress, toolName }: Extract<ToPage, { type: "execute" }>) => {
   const current = session

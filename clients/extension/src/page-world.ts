@@ -4,7 +4,8 @@
  * own envelope channel, so the content script can use one client for both kinds of page. It
  * answers only requests the page's own window posts from its own origin, and posts only to it.
  */
-import { envelope, envelopeOf, fromOwnWindow, isRecord, type Json, ModelContextChannel } from "./Wire.ts"
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
+import { envelope, envelopeOf, fromOwnWindow, type Json, ModelContextChannel } from "./Wire.ts"
 
 /**
  * The parts of the WebMCP API this uses. Two builds differ in `executeTool`'s input: Chrome's
@@ -102,13 +103,13 @@ const callResult = (output: unknown): Json => {
   if (typeof output === "string") {
     try {
       const parsed: unknown = JSON.parse(output)
-      if (isRecord(parsed) && Array.isArray(parsed["content"])) return parsed
+      if (JsonRpc.isRecord(parsed) && Array.isArray(parsed["content"])) return parsed
     } catch {
       // plain text
     }
     return { content: [{ type: "text", text: output }] }
   }
-  return isRecord(output) && Array.isArray(output["content"]) ? output : { content: [{ type: "text", text: JSON.stringify(output ?? null) }] }
+  return JsonRpc.isRecord(output) && Array.isArray(output["content"]) ? output : { content: [{ type: "text", text: JSON.stringify(output ?? null) }] }
 }
 
 const handle = async (mc: ModelContext, method: string, params: Json): Promise<Json> => {
@@ -126,8 +127,8 @@ const handle = async (mc: ModelContext, method: string, params: Json): Promise<J
           name: t.name,
           ...(t.title ? { title: t.title } : {}),
           ...(t.description === undefined ? {} : { description: t.description }),
-          inputSchema: isRecord(t.inputSchema) ? t.inputSchema : { type: "object", properties: {} },
-          ...(isRecord(t.annotations) ? { annotations: t.annotations } : {})
+          inputSchema: JsonRpc.isRecord(t.inputSchema) ? t.inputSchema : { type: "object", properties: {} },
+          ...(JsonRpc.isRecord(t.annotations) ? { annotations: t.annotations } : {})
         }))
       }
     case "tools/call": {
@@ -136,7 +137,7 @@ const handle = async (mc: ModelContext, method: string, params: Json): Promise<J
       if (tool === undefined) return { isError: true, content: [{ type: "text", text: `Tool not found: ${String(name)}` }] }
       try {
         const since = performance.now()
-        const output = await executeTool(mc, tool, isRecord(params["arguments"]) ? params["arguments"] : {})
+        const output = await executeTool(mc, tool, JsonRpc.isRecord(params["arguments"]) ? params["arguments"] : {})
         // Chrome answers with a string always, except for a form whose submission navigated.
         return output === null || output === undefined ? navigated(since) : callResult(output)
       } catch (e) {
@@ -144,7 +145,7 @@ const handle = async (mc: ModelContext, method: string, params: Json): Promise<J
       }
     }
     default:
-      throw Object.assign(new Error(`Method not found: ${method}`), { code: -32601 })
+      throw Object.assign(new Error(`Method not found: ${method}`), { code: JsonRpc.ErrorCode.MethodNotFound })
   }
 }
 
@@ -155,11 +156,11 @@ window.addEventListener("message", (event) => {
   const mc = modelContext()
   if (mc === undefined) return // no WebMCP on this page (yet): stay silent
   if (payload === "mcp-check-ready") return post("mcp-server-ready")
-  if (!isRecord(payload) || typeof payload["method"] !== "string") return
+  if (!JsonRpc.isRecord(payload) || typeof payload["method"] !== "string") return
   const id = payload["id"]
   if (typeof id !== "string" && typeof id !== "number") return // notifications/initialized needs nothing
-  handle(mc, payload["method"], isRecord(payload["params"]) ? payload["params"] : {}).then(
+  handle(mc, payload["method"], JsonRpc.isRecord(payload["params"]) ? payload["params"] : {}).then(
     (result) => post({ jsonrpc: "2.0", id, result }),
-    (e: unknown) => post({ jsonrpc: "2.0", id, error: { code: isRecord(e) && typeof e["code"] === "number" ? e["code"] : -32603, message: e instanceof Error ? e.message : String(e) } })
+    (e: unknown) => post(JsonRpc.errorResponse(id, JsonRpc.isRecord(e) && typeof e["code"] === "number" ? e["code"] : JsonRpc.ErrorCode.InternalError, e instanceof Error ? e.message : String(e)))
   )
 })

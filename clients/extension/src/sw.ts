@@ -2,10 +2,10 @@
  * The service worker: the proxy session on `/extension`, the MCP-B relay on `/tabs`, and what the
  * popup asks for. Both connect as soon as the settings are there and again whenever they change.
  */
+import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
 import { ProxySession } from "./ProxySession.ts"
 import * as Settings from "./Settings.ts"
 import * as TabRelay from "./TabRelay.ts"
-import { isRecord } from "./Wire.ts"
 
 const KEEPALIVE = "switchboard-keepalive"
 
@@ -35,7 +35,7 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
   // Only the extension's own pages (the popup, or it opened as the options page in a tab) may ask;
   // a content script's sender is the web page it runs in.
   if (sender.id !== chrome.runtime.id || sender.url?.startsWith(chrome.runtime.getURL("")) !== true) return false
-  if (isRecord(message) && message["type"] === "state") {
+  if (JsonRpc.isRecord(message) && message["type"] === "state") {
     sendResponse({ proxy: proxy.state, tabs: TabRelay.state() } satisfies PopupState)
   }
   return false

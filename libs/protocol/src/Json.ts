@@ -12,6 +12,9 @@ export const codec = <A, I>(schema: Schema.Schema<A, I>) => ({
   decode: Schema.decodeUnknownEither(Schema.parseJson(schema))
 })
 
+/** Whether two values write the same JSON text (key order included): a cheap "nothing changed". */
+export const sameJson = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
+
 /** The deepest nesting of objects and arrays any protocol here accepts. */
 export const MAX_DEPTH = 64
 

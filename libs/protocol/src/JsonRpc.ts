@@ -5,18 +5,12 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import { errorResponse, ErrorCode, isId, isRecord } from "./browser/JsonRpc.ts"
 import * as Json from "./Json.ts"
 
-export const ErrorCode = {
-  ParseError: -32700,
-  InvalidRequest: -32600,
-  MethodNotFound: -32601,
-  InvalidParams: -32602,
-  InternalError: -32603,
-  /** -32000..-32099 are "server errors": application-specific (auth, routing, limits). */
-  ServerError: -32000,
-  ServerError1: -32001
-} as const
+// The plain parts (codes, guards, the builders every sender uses) are shared with the browser
+// bundles, so they live where effect is not imported.
+export { ErrorCode, errorResponse, failure, isRecord, notification, request, result } from "./browser/JsonRpc.ts"
 
 export const Id = Schema.Union(Schema.String, Schema.Number)
 export type Id = typeof Id.Type
@@ -77,13 +71,6 @@ const decodeRequest = Schema.decodeUnknownEither(Request, { onExcessProperty: "p
 const decodeNotification = Schema.decodeUnknownEither(Notification, { onExcessProperty: "preserve" })
 const decodeSuccess = Schema.decodeUnknownEither(SuccessResponse, { onExcessProperty: "preserve" })
 const decodeError = Schema.decodeUnknownEither(ErrorResponse, { onExcessProperty: "preserve" })
-
-/** A JSON object (not an array, not null). */
-export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-const isId = (u: unknown): u is Id => typeof u === "string" || (typeof u === "number" && Number.isFinite(u))
-
-export const errorResponse = (id: Id | null, code: number, message: string, data?: unknown): ErrorResponse =>
-  data === undefined ? { jsonrpc: "2.0", id, error: { code, message } } : { jsonrpc: "2.0", id, error: { code, message, data } }
 
 const invalid = (raw: unknown, issue: ParseResult.ParseError | string): ErrorResponse =>
   errorResponse(

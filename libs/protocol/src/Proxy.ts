@@ -5,7 +5,7 @@
  */
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { Id } from "./JsonRpc.ts"
+import { Id, notification } from "./JsonRpc.ts"
 
 export const ReservedPrefixes = ["proxy:", "ext:"] as const
 
@@ -37,6 +37,8 @@ export const AuthenticateResult = Schema.transformOrFail(
   }
 )
 export type AuthenticateResult = typeof AuthenticateResult.Type
+/** The answer as the extension writes it on the wire. */
+export type AuthenticateAnswer = typeof AuthenticateResult.Encoded
 
 /** An MCP client's `mcp_handshake` params: a token under either spelling, decoded to one `token`. */
 export const HandshakeParams = Schema.transformOrFail(
@@ -55,6 +57,43 @@ export type HandshakeParams = typeof HandshakeParams.Type
 
 export const ConnectParams = Schema.Struct({ extension_id: Schema.String })
 export type ConnectParams = typeof ConnectParams.Type
+
+/** The router's answer to a forwarded request while the client has no extension attached. */
+export const NotConnected = "Not connected to an extension"
+
+/** The `authenticated` notification's params: the proxy took the extension's token. */
+export const AuthenticatedParams = Schema.Struct({ user_id: Schema.String, extension_id: Schema.String })
+export type AuthenticatedParams = typeof AuthenticatedParams.Type
+
+/** `mcp_handshake`'s result. */
+export const HandshakeResult = Schema.Struct({
+  authenticated: Schema.Literal(true),
+  user_id: Schema.String,
+  mcp_client_id: Schema.optional(Schema.String)
+})
+export type HandshakeResult = typeof HandshakeResult.Type
+
+/** `list_extensions`' result: the user's connected extensions. */
+export const ExtensionsResult = Schema.Struct({
+  extensions: Schema.Array(Schema.Struct({ id: Schema.String, name: Schema.String, connected: Schema.optional(Schema.Boolean) }))
+})
+export type ExtensionsResult = typeof ExtensionsResult.Type
+
+/** `connect`'s result: the proxy connection to the extension. */
+export const ConnectResult = Schema.Struct({
+  connection_id: Schema.String,
+  extension_id: Schema.String,
+  extension_name: Schema.optional(Schema.String)
+})
+export type ConnectResult = typeof ConnectResult.Type
+
+/** The `disconnected` notification's params: the client's proxy connection ended. */
+export const DisconnectedParams = Schema.Struct({ connection_id: Schema.String, reason: Schema.optional(Schema.String) })
+export type DisconnectedParams = typeof DisconnectedParams.Type
+
+/** The `status` notification the proxy sends each side on every change and as a keepalive. */
+export const status = (connected: boolean, peerCount: number) =>
+  notification("status", { connected, peer_count: peerCount, timestamp: new Date().toISOString() })
 
 /** A connected extension, under its user in the `router_extensions` bucket. */
 export const ExtensionRecord = Schema.Struct({

@@ -10,27 +10,18 @@ import * as Schema from "effect/Schema"
 import { Id, isRecord } from "./JsonRpc.ts"
 import * as ParamHeaders from "./ParamHeaders.ts"
 
-/** MCP-B's own error code: no tab has (or could be opened for) the tool. */
-export const TabNotFound = -32001
-
-export const Method = {
-  hello: "browser/hello",
-  activated: "browser/activated",
-  registerTools: "browser/registerTools",
-  updateTools: "browser/updateTools",
-  executeTool: "browser/executeTool"
-} as const
-
-/**
- * The MCP revisions the hub's `initialize` answers (the session-based ones), newest first: each as
- * the client asks, an unknown one with the first.
- */
-export const ProtocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"] as const
-/**
- * The `MCP-Protocol-Version` header values a Streamable HTTP request may carry; the transport
- * appeared in 2025-03-26, and a request without the header is taken to be of that version.
- */
-export const HttpProtocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26"] as const
+// The plain parts (method names, revisions, the tab's answer) are shared with the browser
+// bundles, so they live where effect is not imported.
+export {
+  Authenticate,
+  type ExecuteResult,
+  type ExecuteToolParams,
+  HttpProtocolVersions,
+  isExecuteResult,
+  Method,
+  ProtocolVersions,
+  TabNotFound
+} from "./browser/Registry.ts"
 
 /** MCP caps tool names at 128 characters; a page's own tool name may be no longer. */
 export const MaxToolName = 128
@@ -232,9 +223,6 @@ export type ToolsListParams = typeof ToolsListParams.Type
 export const InitializeParams = Schema.Struct({ protocolVersion: Schema.optional(Schema.String) })
 export type InitializeParams = typeof InitializeParams.Type
 
-/** The method a `/hub` or `/tabs` socket without a token at its upgrade sends first. */
-export const Authenticate = "authenticate"
-
 /**
  * `authenticate`'s params, on `/hub` and `/tabs` alike: the token, as `token` or under the names
  * MCP over WebSocket's clients use (`accessToken`, `access_token`). A field of another type makes
@@ -260,14 +248,6 @@ export const CancelledParams = Schema.Struct({
   }))
 })
 export type CancelledParams = typeof CancelledParams.Type
-
-/** The tab's answer to `browser/executeTool`: `payload` is a `CallToolResult`, or an error string. */
-export interface ExecuteResult {
-  readonly success: boolean
-  readonly payload: unknown
-}
-/** Checked by hand rather than by a Schema: it runs on every tool call, and only `success` has a type to check. */
-export const isExecuteResult = (u: unknown): u is ExecuteResult => isRecord(u) && typeof u["success"] === "boolean"
 
 /** One open tab and its tools (`registry_tabs`, key user.domain.tab), written by the tab's actor. */
 export const TabRecord = Schema.Struct({

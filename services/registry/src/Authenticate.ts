@@ -6,10 +6,10 @@
  */
 import type { AuthClient } from "@switchboard/auth"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
+import { result } from "@switchboard/protocol/JsonRpc"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
-import { result } from "./Replies.ts"
 
 const CloseCode = Edge.CloseCode
 const decodeParams = Schema.decodeUnknownEither(Registry.AuthenticateParams)

@@ -7,6 +7,8 @@
  */
 import { Actors, type ActorTimer } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
+import { sameJson } from "@switchboard/protocol/Json"
+import { failure, notification, result } from "@switchboard/protocol/JsonRpc"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -18,7 +20,6 @@ import type * as Tracer from "effect/Tracer"
 import * as Authenticate from "./Authenticate.ts"
 import * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
-import { failure, LIST_CHANGED, result, sameJson } from "./Replies.ts"
 import * as Replica from "./Replica.ts"
 import * as ToolCall from "./ToolCall.ts"
 import * as ToolsPage from "./ToolsPage.ts"
@@ -28,6 +29,8 @@ const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 /** The same message every time: a wake carries nothing. */
 const WAKE = new Registry.Wake()
+/** Written once: every session's view change sends it. */
+const LIST_CHANGED = notification("notifications/tools/list_changed")
 const isRecord = JsonRpc.isRecord
 
 // `title` is for display (MCP 2025-06-18 on); older clients ignore a field they do not know.

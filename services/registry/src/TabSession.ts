@@ -6,6 +6,8 @@
  */
 import { type Actors, type ActorTimer, Subjects } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
+import { sameJson } from "@switchboard/protocol/Json"
+import { failure, result } from "@switchboard/protocol/JsonRpc"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -14,7 +16,6 @@ import * as Schema from "effect/Schema"
 import * as Authenticate from "./Authenticate.ts"
 import * as Rejections from "./Rejections.ts"
 import * as Replica from "./Replica.ts"
-import { failure, result, sameJson } from "./Replies.ts"
 import { WarningThrottle } from "./WarningThrottle.ts"
 
 const { ErrorCode } = JsonRpc

@@ -7,6 +7,7 @@
  */
 import { Kv, Subjects } from "@switchboard/bus"
 import { JsonRpc, Modern, Registry } from "@switchboard/protocol"
+import { failure, result } from "@switchboard/protocol/JsonRpc"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -14,7 +15,6 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
 import type * as HubTransport from "./HubTransport.ts"
-import { failure, result } from "./Replies.ts"
 import type * as Replica from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc

@@ -7,6 +7,7 @@
  */
 import { type Actors, Bus, InternalClient, Subjects, TimedMap } from "@switchboard/bus"
 import { JsonRpc, Registry } from "@switchboard/protocol"
+import { failure, notification, request, result } from "@switchboard/protocol/JsonRpc"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -18,7 +19,6 @@ import type * as Tracer from "effect/Tracer"
 import * as CallOutcome from "./CallOutcome.ts"
 import type * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
-import { failure, notification, result } from "./Replies.ts"
 import type * as Replica from "./Replica.ts"
 import type * as Views from "./Views.ts"
 
@@ -210,12 +210,12 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       call.tab = tab
       byMapped.set(mapped, call)
       call.span?.attribute("mcp.mapped_id", mapped)
-      const params = {
+      const params: Registry.ExecuteToolParams = {
         toolName: call.target.tool,
         args: call.args,
         ...(call.progressToken === undefined ? {} : { _meta: { progressToken: mapped } })
       }
-      socketOf(tab).send(JSON.stringify({ jsonrpc: "2.0", id: mapped, method: Method.executeTool, params }), traceOf(call.span))
+      socketOf(tab).send(request(mapped, Method.executeTool, params), traceOf(call.span))
     }
 
     const openTab = (call: Call, cached: Registry.CachedToolRecord, owner: string) => {

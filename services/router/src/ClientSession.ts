@@ -6,6 +6,8 @@
  */
 import { type Actors, ActorTimer, type Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, JsonRpc, Proxy } from "@switchboard/protocol"
+import { failure, notification, result } from "@switchboard/protocol/JsonRpc"
+import { status } from "@switchboard/protocol/Proxy"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -14,7 +16,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
-import { failure, notification, orWarn, relayed, result, status, warnIfFails } from "./Replies.ts"
+import { orWarn, relayed, warnIfFails } from "./Replies.ts"
 import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
@@ -103,7 +105,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
     this.session = undefined
     this.replica.probes.delete(this.conn.id)
     this.failPending(`Extension disconnected: ${reason}`)
-    if (notify) this.send(notification("disconnected", { connection_id: ended.connectionId, reason }))
+    if (notify) this.send(notification("disconnected", { connection_id: ended.connectionId, reason } satisfies Proxy.DisconnectedParams))
     this.send(status(false, 0))
     return ended
   }
@@ -126,13 +128,13 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
       this.deadline?.cancel()
       this.user = who
       yield* remember(this.conn, { role: "client", user: who })
-      this.send(result(request.id, { authenticated: true, user_id: who, mcp_client_id: `mcp-${randomUUID()}` }))
+      this.send(result(request.id, { authenticated: true, user_id: who, mcp_client_id: `mcp-${randomUUID()}` } satisfies Proxy.HandshakeResult))
     })
   }
 
   private listExtensions(request: JsonRpc.Request, owner: string) {
     return this.replica.extensions.values(Subjects.Key.userExtensions(owner)).pipe(
-      Effect.map((found) => this.send(result(request.id, { extensions: found.map(({ value }) => ({ id: value.id, name: value.name, connected: true })) }))),
+      Effect.map((found) => this.send(result(request.id, { extensions: found.map(({ value }) => ({ id: value.id, name: value.name, connected: true })) } satisfies Proxy.ExtensionsResult))),
       Effect.catchAll((e) =>
         Effect.zipRight(
           Effect.logWarning(`router: could not list the extensions of ${owner}`, e),
@@ -190,7 +192,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
         })
         .pipe(warnIfFails(`could not record ${connectionId}; a replica that adopts either socket will not know it`))
       yield* remember(conn, { role: "client", user: owner, connectionId })
-      this.send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name }))
+      this.send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name } satisfies Proxy.ConnectResult))
     })
   }
 
@@ -215,7 +217,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
   /** Maps the id and sends the request to the extension; synchronous, once per forwarded request. */
   private forward(request: JsonRpc.Request, owner: string, span?: Tracer.Span): void {
     const { session, pending } = this
-    if (session === undefined || pending === undefined) return this.send(failure(request.id, ErrorCode.ServerError, "Not connected to an extension"))
+    if (session === undefined || pending === undefined) return this.send(failure(request.id, ErrorCode.ServerError, Proxy.NotConnected))
     const { config, userBudget } = this.replica
     const budget = (this.budget ??= new RateBudget(config.connectionRate, config.connectionRate * 2))
     if (budget.take() !== "ok" || userBudget(owner).take() !== "ok") {

@@ -6,13 +6,15 @@
  */
 import { type Actors, ActorTimer, type Peer, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
+import { failure, notification } from "@switchboard/protocol/JsonRpc"
+import { status } from "@switchboard/protocol/Proxy"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { failure, notification, orWarn, refused, status, warnIfFails } from "./Replies.ts"
+import { orWarn, refused, warnIfFails } from "./Replies.ts"
 import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
@@ -124,7 +126,7 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer> {
       this.ext = ext
       yield* extensions.put(key, ext)
       yield* remember(conn, { role: "extension", user, extensionId: id })
-      conn.send(notification("authenticated", { user_id: user, extension_id: id }))
+      conn.send(notification("authenticated", { user_id: user, extension_id: id } satisfies Proxy.AuthenticatedParams))
       conn.send(status(true, 0))
       yield* this.keepalive()
       yield* Effect.logDebug(`extension ${id} of ${user} authenticated`)

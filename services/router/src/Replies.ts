@@ -1,15 +1,10 @@
 /**
- * The JSON-RPC texts the router's actors send, built as strings since they go straight onto the
- * bus, and the few ways an actor carries on past a failure it can only log.
+ * What the router's actors do with a message that is not theirs to write (pass it on, or refuse
+ * an internal request), and the few ways an actor carries on past a failure it can only log. The
+ * JSON-RPC texts they send are built by `@switchboard/protocol/JsonRpc` and `/Proxy`.
  */
-import { JsonRpc, Proxy } from "@switchboard/protocol"
+import { type JsonRpc, Proxy } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
-
-export const notification = (method: string, params: Record<string, unknown>) => JSON.stringify({ jsonrpc: "2.0", method, params })
-export const result = (id: JsonRpc.Id, value: unknown) => JSON.stringify({ jsonrpc: "2.0", id, result: value })
-export const failure = (id: JsonRpc.Id | null, code: number, message: string) => JsonRpc.encode(JsonRpc.errorResponse(id, code, message))
-export const status = (connected: boolean, peerCount: number) =>
-  notification("status", { connected, peer_count: peerCount, timestamp: new Date().toISOString() })
 
 /**
  * A message just parsed from a frame, readied to be passed on (under another id, if given):

@@ -6,7 +6,7 @@
  * and holds the client's first messages until the hub has answered.
  */
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
-import { ProtocolVersions } from "@switchboard/protocol/Registry"
+import { ProtocolVersions } from "@switchboard/protocol/browser/Registry"
 
 /** The id of the bridge's own `initialize`; no answer to it goes to the client. */
 export const INITIALIZE_ID = "switchboard-embed-initialize"

@@ -1,10 +1,14 @@
 /**
- * Reconnect delays: 250 ms doubling to 10 s, each drawn from the upper half of its step (so a
- * restarted server is not met by every bridge in the same millisecond, and no delay is near 0).
+ * Reconnect delays for a client's socket: doubling from `initialMillis` to `maxMillis`, each drawn
+ * from the upper half of its step, so a restarted server is not met by every client in the same
+ * millisecond and no delay is near 0. One implementation for the stdio bridge and the extension.
  */
 export interface BackoffOptions {
+  /** The first step; 250 ms unless given. */
   readonly initialMillis?: number
+  /** The longest step; 10 s unless given. */
   readonly maxMillis?: number
+  /** For tests: a fixed draw in [0, 1]. */
   readonly random?: () => number
 }
 
@@ -22,11 +26,13 @@ export class Backoff {
 
   /** The delay before the next attempt. */
   next(): number {
+    // The exponent is capped only so that a long outage never overflows to Infinity.
     const step = Math.min(this.max, this.initial * 2 ** Math.min(this.attempt, 30))
     this.attempt++
     return Math.round(step / 2 + (this.random() * step) / 2)
   }
 
+  /** After a connection that held: the next delay is the first step again. */
   reset(): void {
     this.attempt = 0
   }
