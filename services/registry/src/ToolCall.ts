@@ -11,8 +11,6 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Option from "effect/Option"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import * as CallOutcome from "./CallOutcome.ts"
@@ -89,12 +87,6 @@ const answerOf = (call: Call, m: Record<string, unknown>, complete: Session["com
   return result(call.id, complete === undefined ? value : complete(value))
 }
 
-const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
-
-/** The Streamable HTTP events a handed-over session brought along, if any. */
-export const handedStream = (handedOver: unknown): Registry.HttpStreamState | undefined =>
-  Option.getOrUndefined(Option.flatMapNullable(decodeHubHandoff(handedOver), (h) => h.stream))
-
 export interface ToolCalls {
   /**
    * A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. Its key
@@ -110,7 +102,7 @@ export interface ToolCalls {
   /** The session moves to another replica: its calls in flight, for the adopter's `resume`. */
   readonly handOff: () => Pick<Registry.HubHandoff, "seq" | "calls">
   /** On the adopter: the calls `handedOver` carries; how many were taken on. */
-  readonly resume: (handedOver: unknown, transport: HubTransport.HubTransport) => number
+  readonly resume: (handedOver: Registry.HubHandoff, transport: HubTransport.HubTransport) => number
   /** The session closed: its calls end without answers. */
   readonly closed: () => void
 }
@@ -382,11 +374,9 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
     }
 
     // Calls in flight at the replica that handed this session over: their tabs answer here.
-    const resume = (handedOver: unknown, transport: HubTransport.HubTransport) => {
-      const handed = decodeHubHandoff(handedOver)
-      if (Option.isNone(handed)) return 0
-      seq = Math.max(seq, handed.value.seq)
-      for (const c of handed.value.calls) {
+    const resume = (handed: Registry.HubHandoff, transport: HubTransport.HubTransport) => {
+      seq = Math.max(seq, handed.seq)
+      for (const c of handed.calls) {
         const key = keyOf(c.id)
         if (calls.has(key)) continue
         const call: Call = {
