@@ -16,7 +16,7 @@ import type * as Tracer from "effect/Tracer"
 import * as CallOutcome from "./CallOutcome.ts"
 import type * as HubTransport from "./HubTransport.ts"
 import * as Naming from "./Naming.ts"
-import { failure, notification, result } from "./Replies.ts"
+import { failure, notification } from "./Replies.ts"
 import type * as Replica from "./Replica.ts"
 import type * as Views from "./Views.ts"
 
@@ -65,27 +65,6 @@ export interface Session {
 /** A call's key among a session's calls: its JSON-RPC id, as the client that sent it knows it. */
 export const keyOf = (id: JsonRpc.Id) => `${typeof id}:${id}`
 const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
-
-/** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
-const answerOf = (call: Call, m: Record<string, unknown>, complete: Session["complete"]): string => {
-  if ("error" in m && isRecord(m["error"])) {
-    const error = m["error"]
-    // The tab's own fields, checked rather than converted: String() throws on {"toString": 1}.
-    const given = error["code"]
-    const code = typeof given === "number" && Number.isSafeInteger(given) ? given : ErrorCode.InternalError
-    return failure(call.id, code, typeof error["message"] === "string" ? error["message"] : "the tab failed")
-  }
-  const answered = m["result"]
-  if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
-  const { payload, success } = answered
-  const text = typeof payload === "string" ? payload : JSON.stringify(payload)
-  const value = !success
-    ? { content: [{ type: "text", text }], isError: true }
-    : isRecord(payload) && Array.isArray(payload["content"])
-    ? payload
-    : { content: [{ type: "text", text }] }
-  return result(call.id, complete === undefined ? value : complete(value))
-}
 
 export interface ToolCalls {
   /**
@@ -155,21 +134,6 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       call.exchange.reply(failure(call.id, code, message), traceOf(call.span))
     }
 
-    /** MCP-B routing (spec section 3): the tab in the name, the domain's active tab, the latest updated. */
-    const pick = (target: Naming.Target): Registry.TabRecord | undefined => {
-      const domainTabs = session.view()?.tabs().get(target.domain)
-      if (domainTabs === undefined) return undefined
-      const has = (t: Registry.TabRecord) => t.tools.some((tool) => tool.name === target.tool)
-      const named = target.tabId === undefined ? undefined : domainTabs.get(target.tabId)
-      if (named !== undefined && has(named)) return named
-      const all = [...domainTabs.values()]
-      const active = Naming.activeTab(all, target.domain)
-      if (active !== undefined && has(active)) return active
-      let best: Registry.TabRecord | undefined
-      for (const t of all) if (has(t) && (best === undefined || t.updatedAt > best.updatedAt)) best = t
-      return best
-    }
-
     const sockets = new Map<string, Actors.Socket>()
     const socketOf = (tab: TabRef) => {
       let s = sockets.get(tab.conn)
@@ -182,7 +146,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
 
     const dispatch = (call: Call) => {
       const { domain, tool } = call.target
-      const tab = pick(call.target)
+      const tab = Naming.pickTab(session.view()?.tabs().get(domain), call.target)
       if (tab !== undefined) return sendTo(call, tab)
       const cached = session.view()?.cached(domain, tool)
       const user = session.user()
@@ -329,7 +293,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       done(call)
       toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
       const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
-      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m, session.complete)
+      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : CallOutcome.answerOf(call.id, m, session.complete)
       if (call.span === undefined) return call.exchange.reply(answer)
       const user = session.user()
       return Effect.currentSpan.pipe(
