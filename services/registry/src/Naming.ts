@@ -8,6 +8,8 @@
  * Sanitising can merge names (`a.b` and `a-b`) and long names must be cut to MCP's 128 characters,
  * so a name that is too long or taken by another tool ends in a short hash of exactly what it
  * stands for; names that are fine as they are stay readable.
+ *
+ * A call of a listed name goes to a tab chosen by what the name stands for (`pickTab`, section 3).
  */
 import type { Registry } from "@switchboard/protocol"
 import { createHash } from "node:crypto"
