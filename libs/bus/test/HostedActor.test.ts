@@ -30,14 +30,19 @@ const record = (conn: string, edge: string, options: { readonly http?: boolean; 
 
 const conns = (records: ReadonlyArray<HostedRecord<never>>) => records.map((r) => r.conn).sort()
 
+/** A host's records, holding these. */
+const holding = (...held: ReadonlyArray<{ readonly record: HostedRecord<never> }>) => {
+  const actors = new HostedActors<never, never, HostedRecord<never>>()
+  for (const { record } of held) actors.add(record)
+  return actors
+}
+
 describe("the host's records of its connections", () => {
   it.scoped("a connection forgotten leaves nothing behind: not owned, not local, not handed over, not stopped, on no edge", () =>
     Effect.gen(function*() {
-      const actors = new HostedActors<never, never, HostedRecord<never>>()
       const a = yield* record("a", "e1", { running: true })
       const b = yield* record("b", "e1", { running: true })
-      actors.add(a.record)
-      actors.add(b.record)
+      const actors = holding(a, b)
       expect(actors.owns(Subjects.ConnId("a"))).toBe(true)
 
       actors.forget(Subjects.ConnId("a"), a.record.mailbox)
@@ -63,11 +68,9 @@ describe("the host's records of its connections", () => {
 
   it.scoped("a connection handed away is neither local nor handed over again, yet runs and stays on its edge until forgotten", () =>
     Effect.gen(function*() {
-      const actors = new HostedActors<never, never, HostedRecord<never>>()
       const moved = yield* record("moved", "e1", { running: true })
       const kept = yield* record("kept", "e1", { running: true })
-      actors.add(moved.record)
-      actors.add(kept.record)
+      const actors = holding(moved, kept)
       moved.record.owned = false
       expect(actors.owns(Subjects.ConnId("moved"))).toBe(false)
       expect(actors.local(Subjects.ConnId("moved"))).toBeUndefined()
@@ -80,12 +83,11 @@ describe("the host's records of its connections", () => {
 
   it.scoped("the edge check sees socket connections by edge; Streamable HTTP sessions and actors not yet running are apart from `running`", () =>
     Effect.gen(function*() {
-      const actors = new HostedActors<never, never, HostedRecord<never>>()
       const one = yield* record("one", "e1", { running: true })
       const two = yield* record("two", "e2", { running: true })
       const three = yield* record("three", "e2")
       const session = yield* record("session", "e1", { http: true, running: true })
-      for (const r of [one, two, three, session]) actors.add(r.record)
+      const actors = holding(one, two, three, session)
       const byEdge = actors.socketsByEdge()
       expect([...byEdge.keys()].sort()).toEqual(["e1", "e2"])
       expect(byEdge.get(Subjects.EdgeId("e1"))).toEqual([one.record.mailbox])
