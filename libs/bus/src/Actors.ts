@@ -4,9 +4,10 @@
  * connection's subject, records ownership in KV, and only then answers, so the edge never sends a
  * frame before someone listens. Frames are handled in order, one at a time, per actor.
  *
- * This module is the public API and composes the pieces: the mailbox (`Mailbox.ts`), the link to
- * the edges (`EdgeLink.ts`), liveness (`Liveness.ts`: heartbeat, adoption, edge loss), what KV
- * keeps of a connection (`SessionStore.ts`) and the hand-off (`Handoff.ts`).
+ * This module is the public API and composes the pieces: the record of each hosted connection
+ * (`HostedActor.ts`), the mailbox (`Mailbox.ts`), the link to the edges (`EdgeLink.ts`), liveness
+ * (`Liveness.ts`: heartbeat, adoption, edge loss), what KV keeps of a connection
+ * (`SessionStore.ts`) and the hand-off (`Handoff.ts`).
  */
 import { Edge, Host } from "@switchboard/protocol"
 import * as Instruments from "@switchboard/telemetry/Instruments"
@@ -14,23 +15,26 @@ import { Metrics } from "@switchboard/telemetry/Metrics"
 import * as Duration from "effect/Duration"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
-import { Bus, type BusMessage, type Subscription } from "./Bus.ts"
-import { closeSocket, endActor, type Frame, IncomingFrame, opens as openRequests, socket } from "./EdgeLink.ts"
+import { Bus, type BusMessage } from "./Bus.ts"
+import { closeSocket, endActor, type Frame, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
+import { type HostContext, HostedActor, HostedActors } from "./HostedActor.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Liveness from "./Liveness.ts"
-import { type Envelope, Mailbox } from "./Mailbox.ts"
+import { Mailbox } from "./Mailbox.ts"
 import type * as Peer from "./Peer.ts"
 import { ConnectionRecord, ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
 
 export { edgeLink, type Frame, type HttpExchange, opens, requestOpen, type Socket } from "./EdgeLink.ts"
+export type { HandoffCounts } from "./Handoff.ts"
 export { ConnectionRecord, sessionStore } from "./SessionStore.ts"
 
 export interface Connection extends Peer.Sender {
@@ -53,17 +57,17 @@ export interface Connection extends Peer.Sender {
  * synchronously returns nothing, and the host runs no Effect for that message: most frames of a
  * busy connection are handled this way.
  */
-export interface Actor<R = never, M = never> {
+export interface Actor<R = never, M = never, S = never> {
   readonly onFrame: (frame: Frame) => Effect.Effect<void, never, R> | void
   /** A message of the host's typed `protocol` from another actor, and the reply to it when it was asked. */
   readonly receive?: (message: M, reply: Peer.ReplyTo) => Effect.Effect<void, never, R> | void
   readonly onClosed?: (code: number, reason: string) => Effect.Effect<void, never, R>
   /**
    * Its replica stops and hands the connection to another: what it keeps only in memory (requests
-   * in flight), as JSON, for `make`'s `handedOver` there. Its mailbox is handled up to here, and
-   * what it keeps in KV is saved.
+   * in flight), of the host's `handoff.state` Schema, for `make`'s `handedOver` there. Its mailbox
+   * is handled up to here, and what it keeps in KV is saved.
    */
-  readonly onHandoff?: () => unknown
+  readonly onHandoff?: () => S
 }
 
 /** Refuse a connection at open time; the edge closes it with this code and reason. */
@@ -75,7 +79,7 @@ export class Refuse {
   ) {}
 }
 
-export interface HostOptions<R, M extends Peer.Message = never> {
+export interface HostOptions<R, M extends Peer.Message = never, S = never, I = S> {
   readonly service: Subjects.ServiceName
   /** The typed messages this service's actors exchange (`Peer.protocol`); their `receive` gets them. */
   readonly protocol?: Peer.Protocol<M>
@@ -83,9 +87,10 @@ export interface HostOptions<R, M extends Peer.Message = never> {
    * Builds the actor of a connection. Its scope lives as long as the connection, so
    * subscriptions and timers it opens end with it. `restored` is true when this replica adopts a
    * connection from one that stopped or died: the actor rebuilds its state from KV and does not
-   * greet the client again.
+   * greet the client again. `handedOver` is what the actor had in memory there, when it was
+   * handed over (decoded with `handoff.state`).
    */
-  readonly make: (connection: Connection, restored: boolean, handedOver?: unknown) => Effect.Effect<Actor<R, M>, Refuse, R | Scope.Scope>
+  readonly make: (connection: Connection, restored: boolean, handedOver?: NoInfer<S>) => Effect.Effect<Actor<R, M, NoInfer<S>>, Refuse, R | Scope.Scope>
   /** How often to look for connections whose edge died without saying so. */
   readonly edgeCheckInterval?: Duration.DurationInput
   /** How often a replica renews its liveness key; survivors adopt its connections once it lapses (3 intervals). */
@@ -98,11 +103,14 @@ export interface HostOptions<R, M extends Peer.Message = never> {
    */
   readonly shutdownGrace?: Duration.DurationInput
   /**
-   * Whether a stopping replica hands its actors over (default true). A service whose actors
-   * depend on other state of the replica (the broker's topic sequencers) opts out until it
-   * releases that state first; its actors are then adopted from KV as after a crash.
+   * Whether a stopping replica hands its actors over (default: yes, with nothing kept in memory).
+   * A service whose actors depend on other state of the replica (the broker's topic sequencers)
+   * opts out with `false` until it releases that state first; its actors are then adopted from KV
+   * as after a crash. A service whose actors keep state only in memory (`onHandoff`) declares its
+   * Schema as `state`: the host encodes it for the adopter, which decodes it; one that does not
+   * decode there is refused with a log line, and the connection is adopted from KV instead.
    */
-  readonly handoff?: boolean
+  readonly handoff?: false | { readonly state: Schema.Schema<S, I> }
   /**
    * What the service does, when this replica stops, before its actors move: it runs once the
    * replica takes no new connections and before any is handed over (the broker hands its topics
@@ -111,18 +119,8 @@ export interface HostOptions<R, M extends Peer.Message = never> {
   readonly beforeHandoff?: Effect.Effect<void>
 }
 
-/** Hand-offs of one replica, for its metrics (`switchboard_handoffs_total{service}`). */
-export interface HandoffCounts {
-  /** Connections this replica handed to another as it stopped. */
-  handedOver: number
-  /** Connections another replica handed to this one. */
-  adopted: number
-  /** Connections this replica could not hand over as it stopped (left for adoption from KV). */
-  failed: number
-}
-
 /** Hosts the actors of one service until the scope closes. */
-export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, M>) =>
+export const host = <R, M extends Peer.Message = never, S = never, I = S>(options: HostOptions<R, M, S, I>) =>
   Effect.gen(function*() {
     const bus = yield* Bus
     const kv = yield* Kv
@@ -133,38 +131,42 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     yield* Liveness.checkHeartbeat(heartbeat)
     const replica = options.replica ?? randomUUID()
     const meter = Instruments.actorHost(yield* Metrics, options.service)
+    /** Every connection this replica hosts, one record each (`HostedActor`). */
+    const actors = new HostedActors<R, M>()
     /**
      * What ends each actor whose mailbox runs, as this replica stops, without `onClosed`: its
      * state stays in KV for the replica that adopts it. Registered before `fibers`, so it runs
      * once the handlers in flight are interrupted.
      */
-    const live = new Map<Subjects.ConnId, { readonly stop: (interruptor: FiberId.FiberId) => Effect.Effect<void> }>()
-    yield* Effect.addFinalizer(() => Effect.fiberIdWith((id) => Effect.forEach([...live.values()], (actor) => actor.stop(id), { discard: true })))
+    yield* Effect.addFinalizer(() => Effect.fiberIdWith((id) => Effect.forEach(actors.running(), (actor) => actor.stop(id), { discard: true })))
     const fibers = yield* FiberSet.make()
     const runFork = yield* FiberSet.runtime(fibers)<R>()
-    /** Mailboxes by edge, so a dead edge's connections can be closed together. */
-    const byEdge = new Liveness.ConnectionsByEdge<Mailbox<R>>()
-    /** The mailboxes of this replica's actors, for peer messages that need not leave the process. */
-    const owned = new Map<Subjects.ConnId, Mailbox<R>>()
     /** Inboxes of this replica that are no connection's actor (`inbox`), reached by peer messages alike. */
     const inboxes = new Map<Subjects.ConnId, Inbox>()
-    const route: Peer.Route = { bus, service: options.service, local: (target) => owned.get(target) ?? inboxes.get(target) }
+    const route: Peer.Route = { bus, service: options.service, local: (target) => actors.local(target) ?? inboxes.get(target) }
 
-    /** This replica's actors, each as a hand-off needs it. */
-    const hosted = new Map<Subjects.ConnId, Handoff.Handover<R>>()
-    /** Actors adopted by hand-off whose mailbox waits for what the old owner forwards. */
-    const awaitingForward = new Map<Subjects.ConnId, (forwarded: ReadonlyArray<BusMessage>) => void>()
-    /** Ends a handed-over actor without `onClosed`. */
-    const enders = new Map<Subjects.ConnId, { readonly end: (why: "handed-over") => void }>()
     /** Actors being built; a stopping replica waits for them before it hands its actors over. */
     let starting = 0
-    const counts: HandoffCounts = { handedOver: 0, adopted: 0, failed: 0 }
+    const counts: Handoff.HandoffCounts = { handedOver: 0, adopted: 0, failed: 0 }
     const grace = Duration.decode(options.shutdownGrace ?? "10 seconds")
     const queue = Subjects.Queue.service(options.service)
+    const stateSchema = options.handoff === false ? undefined : options.handoff?.state
+    const encodeState = stateSchema === undefined ? undefined : Schema.encodeUnknown(stateSchema)
+    const decodeState = stateSchema === undefined ? undefined : Schema.decodeUnknownEither(stateSchema)
+    const context: HostContext<R, M> = {
+      service: options.service,
+      runFork,
+      actors,
+      removeRecord: connections.remove,
+      encodeState: (state) =>
+        state === undefined || encodeState === undefined
+          ? Effect.succeed(undefined)
+          : Effect.mapError(encodeState(state), (e) => new Handoff.HandoffFailed("State", `its state does not encode: ${e.message}`))
+    }
 
     /** A hand-off's adopter: the state the actor had in memory, and the answer the old owner waits for. */
     interface Adoption {
-      readonly state: unknown
+      readonly state: S | undefined
       readonly claim: Effect.Effect<boolean>
     }
 
@@ -181,107 +183,10 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         : (code, reason) => closeSocket(bus, edgeId, connId, code, reason)
     })
 
-    /** Forgets an actor everywhere in the host; harmless when done twice. */
-    const forget = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, mailbox: Mailbox<R>) => {
-      mailbox.stop()
-      live.delete(connId)
-      owned.delete(connId)
-      hosted.delete(connId)
-      enders.delete(connId)
-      awaitingForward.delete(connId)
-      byEdge.remove(edgeId, connId)
-    }
-
     /**
-     * What an actor is while its mailbox runs, until something ends it: its socket closed, its
-     * edge is gone, it was handed over, or this replica stops. No fiber waits for that: a fiber
-     * suspended for a connection's whole life, with its stack of continuations and its fiber refs,
-     * was most of what an idle connection cost (issue 16). The end forks a fiber that runs
-     * `onClosed` and closes the actor's scope. A class, so that every actor shares its methods
-     * rather than holding closures of its own.
-     */
-    class LiveActor implements Handoff.Handover<R> {
-      private marker: readonly [string, () => void] | undefined
-      private ending = false
-      /** Made only when a hand-off waits on it: a Deferred per idle actor cost about 600 bytes (issue 16). */
-      private done: Deferred.Deferred<void> | undefined
-      constructor(
-        readonly conn: Subjects.ConnId,
-        readonly edge: Subjects.EdgeId,
-        readonly open: Edge.OpenEvent,
-        readonly http: boolean,
-        readonly mailbox: Mailbox<R>,
-        readonly subscription: Subscription,
-        private readonly scope: Scope.CloseableScope,
-        private readonly actor: Actor<R, M>,
-        /** The actor's typed `receive` behind the protocol's decoding. */
-        private readonly onPeer: ((message: BusMessage) => Effect.Effect<void, never, R> | void) | undefined
-      ) {}
-      get ended() {
-        return this.ending ? Effect.void : Deferred.await(this.done ??= Deferred.unsafeMake<void>(FiberId.none))
-      }
-      state() {
-        return this.actor.onHandoff?.()
-      }
-      expectMarker(token: string, reached: () => void) {
-        this.marker = [token, reached]
-      }
-      disown() {
-        owned.delete(this.conn)
-        hosted.delete(this.conn)
-      }
-      /** Handles the mailbox from here on (with what arrived before); the actor ends through `end` now. */
-      begin() {
-        live.set(this.conn, this)
-        this.mailbox.start((m) => this.handle(m))
-      }
-      private handle(m: Envelope): Effect.Effect<void, never, R> | void {
-        if (m === "edge-lost") return this.end([1006, "edge lost"])
-        const op = m.header(Subjects.Header.op)
-        if (op === "frame") return this.actor.onFrame(new IncomingFrame(m))
-        if (op === "peer") return this.onPeer?.(m)
-        if (op === "closed") {
-          this.end([Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""])
-        } else if (op === "marker" && this.marker !== undefined && this.marker[0] === m.header(Subjects.Header.handoff)) {
-          // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
-          this.mailbox.pause(this.marker[1])
-        }
-      }
-      /** Its last message was handled: `onClosed` and its record are left, in a fiber of its own. */
-      end(why: readonly [number, string] | "handed-over") {
-        if (this.ending) return
-        this.ending = true
-        if (this.done !== undefined) Deferred.unsafeDone(this.done, Exit.void)
-        runFork(this.close(why))
-      }
-      private close(why: readonly [number, string] | "handed-over") {
-        const { actor, conn } = this
-        return Effect.suspend(() => {
-          // Stopped here and not in `end`: `end` may run inside the mailbox's own drain.
-          this.mailbox.stop()
-          // Handed over: the adopter owns the connection, its record and its session now.
-          if (why === "handed-over") return Effect.void
-          return Effect.zipRight(
-            actor.onClosed === undefined ? Effect.void : actor.onClosed(...why),
-            connections.remove(conn)
-          )
-        }).pipe(
-          Effect.onExit((exit) => Scope.close(this.scope, exit)),
-          Effect.ensuring(Effect.sync(() => forget(this.conn, this.edge, this.mailbox))),
-          Effect.annotateLogs({ service: options.service, conn }),
-          Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
-        )
-      }
-      /** This replica stops and could not hand it over: it ends interrupted, without `onClosed`; its state stays in KV. */
-      stop(interruptor: FiberId.FiberId) {
-        return Effect.zipRight(Scope.close(this.scope, Exit.interrupt(interruptor)), Effect.sync(() => forget(this.conn, this.edge, this.mailbox)))
-      }
-    }
-
-    /**
-     * Runs one connection's actor: subscribe, build, then hand its mailbox to a `LiveActor`.
-     * `answer` tells the edge (on open), or the replica handing it over, whether the actor took
-     * the connection. This fiber ends once the mailbox runs.
+     * Runs one connection's actor: subscribe, build, then record it (`HostedActor`) and start its
+     * mailbox. `answer` tells the edge (on open), or the replica handing it over, whether the actor
+     * took the connection. This fiber ends once the mailbox runs.
      */
     const run = (
       connId: Subjects.ConnId,
@@ -326,16 +231,13 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         }
         const actorMade = made.value
         const onPeer = options.protocol !== undefined && actorMade.receive !== undefined ? options.protocol.inbox(bus, actorMade.receive) : undefined
-        if (!http) byEdge.add(edgeId, connId, mailbox)
-        owned.set(connId, mailbox)
-        yield* meter.hosting(event, scope)
-        const actor = new LiveActor(connId, edgeId, event, http, mailbox, subscription, scope, actorMade, onPeer)
-        hosted.set(connId, actor)
-        enders.set(connId, actor)
+        const actor = new HostedActor(context, connId, edgeId, event, http, mailbox, subscription, scope, actorMade, onPeer)
         // What reached the old owner after it paused comes first, then what came here: the
         // forward may arrive as soon as the old owner hears the answer.
         const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
-        if (forwarded !== undefined) awaitingForward.set(connId, (messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
+        if (forwarded !== undefined) actor.awaitForward((messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
+        actors.add(actor)
+        yield* meter.hosting(event, scope)
         ready()
         yield* answer(undefined)
         if (forwarded !== undefined) {
@@ -344,7 +246,6 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
             Effect.tapError(() => Effect.logWarning("the replica that handed this connection over forwarded nothing; starting without")),
             Effect.orElseSucceed((): ReadonlyArray<BusMessage> => [])
           )
-          awaitingForward.delete(connId)
           mailbox.prepend(messages)
         }
         actor.begin()
@@ -354,7 +255,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         Effect.onExit((exit) =>
           Exit.isSuccess(exit) && exit.value
             ? Effect.void
-            : Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit), Effect.sync(() => forget(connId, edgeId, mailbox)))
+            : Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit), Effect.sync(() => actors.forget(connId, mailbox)))
         ),
         Effect.ensuring(Effect.sync(ready)),
         Effect.annotateLogs({ service: options.service, conn: connId }),
@@ -394,14 +295,25 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         Subjects.handoff(options.service),
         (request, replyTo) => {
           const reply = replyTo(request)
-          const { conn, edge, from, open, state } = request
+          const { conn, edge, from, open } = request
+          // Decoded before anything is taken on: a state this replica cannot read (another
+          // version's, say) leaves the connection to adoption from KV rather than failing its actor.
+          const state = request.state === undefined || decodeState === undefined ? Either.right(undefined) : decodeState(request.state)
+          if (Either.isLeft(state)) {
+            return runFork(
+              Effect.zipRight(
+                Effect.logWarning(`refused to adopt ${conn}: its hand-off state does not match this service's Schema`, state.left.message),
+                reply.fail(new Host.AdoptRefused({ reason: "the hand-off state does not match this service's Schema" }))
+              )
+            )
+          }
           const claim = connections.claim(conn, from, replica)
           runFork(
             run(Subjects.ConnId(conn), Subjects.EdgeId(edge), open, true, (refused) => {
               if (refused !== undefined) return reply.fail(new Host.AdoptRefused({ reason: refused.reason }))
               counts.adopted++
               return reply.succeed(replica)
-            }, { state, claim })
+            }, { state: state.right, claim })
           )
         },
         { queue }
@@ -417,65 +329,11 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         case "Forward": {
           const conn = Subjects.ConnId(request.conn)
           const subject = Subjects.conn(options.service, conn)
-          awaitingForward.get(conn)?.(request.messages.map((f) => new Handoff.ForwardedMessage(subject, f)))
+          actors.get(conn)?.forwarded(request.messages.map((f) => new Handoff.ForwardedMessage(subject, f)))
           return replyTo(request).succeed(undefined)
         }
       }
     })
-
-    /** Hands every actor to the others; whatever is not handed over in time stays for adoption. */
-    const handOverAll = Effect.gen(function*() {
-      yield* Effect.all([opens.drain, adoptions.drain], { concurrency: "unbounded", discard: true })
-      // Opens that reached this replica before it left the queue group may still be starting.
-      const deadline = Date.now() + Duration.toMillis(grace) / 2
-      while (starting > 0 && Date.now() < deadline) yield* Effect.sleep("5 millis")
-      if (options.beforeHandoff !== undefined) yield* options.beforeHandoff
-      const all = [...hosted.values()]
-      if (all.length === 0) return
-      // Counted as each ends: a batch cut short by the grace still says how many went over, and why
-      // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
-      // Asked again by every hand-off that finds nobody listening: one listing serves them all a while.
-      const survivorExpected = yield* Effect.cachedWithTTL(othersAlive, "250 millis")
-      let handed = 0
-      const failures = new Map<string, number>()
-      const failed = (why: string) => Effect.sync(() => void failures.set(why, (failures.get(why) ?? 0) + 1))
-      yield* Effect.forEach(
-        all,
-        (h) =>
-          Handoff.handOver(bus, options.service, replica, h, grace, survivorExpected).pipe(
-            Effect.tap(() =>
-              Effect.sync(() => {
-                handed++
-                counts.handedOver++
-                meter.handedOff()
-                enders.get(h.conn)?.end("handed-over")
-              })
-            ),
-            Effect.catchAll((e) => Effect.zipRight(failed(e.reason), Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`))),
-            Effect.catchAllDefect((d) => Effect.zipRight(failed("Defect"), Effect.logWarning("hand-off failed", d)))
-          ),
-        { concurrency: 256, discard: true }
-      ).pipe(
-        // A finalizer runs uninterruptibly, as it must on SIGTERM, where its fiber is being
-        // interrupted; only the hand-offs themselves may be cut short, by the grace period.
-        Effect.interruptible,
-        Effect.timeout(grace),
-        Effect.ignore
-      )
-      counts.failed += all.length - handed
-      if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
-      else {
-        const unfinished = all.length - handed - [...failures.values()].reduce((a, b) => a + b, 0)
-        if (unfinished > 0) failures.set("Grace", unfinished)
-        const why = [...failures].map(([reason, n]) => `${reason} ${n}`).join(", ")
-        // On a bus no other process shares (npm start's embedded one), no replica elsewhere will
-        // adopt what is left: the connections just end with the process, as the user asked.
-        yield* (bus.shared ? Effect.logWarning : Effect.logDebug)(
-          `handed ${handed} of ${all.length} connections over (not handed: ${why}); the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
-        )
-      }
-    })
-
 
     // --- liveness: this replica's heartbeat, and adoption of connections whose replica lapsed ---
 
@@ -488,8 +346,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       ownership: connections,
       edges,
       replicas,
-      owns: (conn) => owned.has(conn),
-      byEdge,
+      owns: (conn) => actors.owns(conn),
+      socketsByEdge: () => actors.socketsByEdge(),
       adopted: (connId, found) => {
         meter.adopted()
         runFork(run(connId, Subjects.EdgeId(found.edge), found.open, true, () => Effect.void))
@@ -499,12 +357,32 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
     // Registered last, so it runs first when this replica stops: while its heartbeat still says it
     // is alive (no survivor adopts from KV meanwhile) and its actors still run.
     // Finalizers run uninterruptibly; the hand-off's timeouts and races must be able to interrupt.
-    if (options.handoff !== false) yield* Effect.addFinalizer(() => handOverAll)
+    if (options.handoff !== false) {
+      yield* Effect.addFinalizer(() =>
+        Handoff.handOverAll({
+          bus,
+          service: options.service,
+          replica,
+          grace,
+          stopIntake: Effect.all([opens.drain, adoptions.drain], { concurrency: "unbounded", discard: true }),
+          starting: () => starting,
+          beforeHandoff: options.beforeHandoff,
+          actors: () => actors.owned(),
+          handedOff: (h) => {
+            counts.handedOver++
+            meter.handedOff()
+            actors.get(h.conn)?.end("handed-over")
+          },
+          othersAlive,
+          counts
+        })
+      )
+    }
 
     yield* Effect.logInfo(`${options.service}: hosting connection actors (replica ${replica})`)
     return {
       replica,
-      handoffs: counts as Readonly<HandoffCounts>,
+      handoffs: counts as Readonly<Handoff.HandoffCounts>,
       /**
        * Takes the peer messages this replica's actors send to `id` as they are, in the sender's
        * turn, rather than over the bus, until the scope closes; messages from other replicas still

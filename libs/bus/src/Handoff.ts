@@ -79,8 +79,8 @@ export interface Handover<R> {
   readonly http: boolean
   readonly mailbox: Mailbox<R>
   readonly subscription: Subscription
-  /** The actor's in-memory state for its successor. */
-  readonly state: () => unknown
+  /** The actor's in-memory state for its successor, encoded with the service's hand-off Schema. */
+  readonly state: () => Effect.Effect<unknown, HandoffFailed>
   /** Completes when the actor ends (its socket closed meanwhile, say): nothing is left to hand over. */
   readonly ended: Effect.Effect<void>
   /** Arms the marker: the mailbox pauses when the edge's marker with this token reaches it. */
@@ -90,7 +90,7 @@ export interface Handover<R> {
 }
 
 export class HandoffFailed extends Error {
-  constructor(readonly reason: "NoSurvivor" | "Refused" | "Marker" | "Forward", message: string) {
+  constructor(readonly reason: "NoSurvivor" | "Refused" | "Marker" | "Forward" | "State", message: string) {
     super(message)
   }
 }
@@ -143,7 +143,8 @@ export const handOver = <R>(
         onTimeout: () => new HandoffFailed("Marker", "the edge did not mark the connection")
       })
     )
-    const request = new Host.Adopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state: h.state() }, true)
+    const state = yield* h.state()
+    const request = new Host.Adopt({ conn: h.conn, edge: h.edge, open: h.open, from: replica, state }, true)
     const reply = yield* adoptions.callOn(bus, Subjects.handoff(service), request, { timeout }).pipe(
       Effect.mapError((e) =>
         e._tag === "PeerUnavailable" && e.reason === "NoResponders"
@@ -173,3 +174,86 @@ export const handOver = <R>(
 }
 
 export type { Envelope }
+
+/** Hand-offs of one replica, for its metrics (`switchboard_handoffs_total{service}`). */
+export interface HandoffCounts {
+  /** Connections this replica handed to another as it stopped. */
+  handedOver: number
+  /** Connections another replica handed to this one. */
+  adopted: number
+  /** Connections this replica could not hand over as it stopped (left for adoption from KV). */
+  failed: number
+}
+
+/** What a stopping replica's host gives the hand-off of all its actors. */
+export interface Departure<R> {
+  readonly bus: BusShape
+  readonly service: Subjects.ServiceName
+  readonly replica: string
+  readonly grace: Duration.Duration
+  /** Stops what reaches this replica through the service's queue groups (opens, adoptions). */
+  readonly stopIntake: Effect.Effect<void>
+  /** How many actors are still being built. */
+  readonly starting: () => number
+  /** What the service does before any actor moves (`HostOptions.beforeHandoff`). */
+  readonly beforeHandoff: Effect.Effect<void> | undefined
+  /** The actors this replica owns now. */
+  readonly actors: () => ReadonlyArray<Handover<R>>
+  /** One was handed over: it ends here without `onClosed`, and is counted. */
+  readonly handedOff: (h: Handover<R>) => void
+  /** Whether another replica of the service is alive, per KV. */
+  readonly othersAlive: Effect.Effect<boolean>
+  readonly counts: HandoffCounts
+}
+
+/** Hands every actor to the others; whatever is not handed over in time stays for adoption. */
+export const handOverAll = <R>(d: Departure<R>) =>
+  Effect.gen(function*() {
+    yield* d.stopIntake
+    // Opens that reached this replica before it left the queue group may still be starting.
+    const deadline = Date.now() + Duration.toMillis(d.grace) / 2
+    while (d.starting() > 0 && Date.now() < deadline) yield* Effect.sleep("5 millis")
+    if (d.beforeHandoff !== undefined) yield* d.beforeHandoff
+    const all = d.actors()
+    if (all.length === 0) return
+    // Counted as each ends: a batch cut short by the grace still says how many went over, and why
+    // the others did not (a "handed 0 of 7" from a batch that timed out said neither).
+    // Asked again by every hand-off that finds nobody listening: one listing serves them all a while.
+    const survivorExpected = yield* Effect.cachedWithTTL(d.othersAlive, "250 millis")
+    let handed = 0
+    const failures = new Map<string, number>()
+    const failed = (why: string) => Effect.sync(() => void failures.set(why, (failures.get(why) ?? 0) + 1))
+    yield* Effect.forEach(
+      all,
+      (h) =>
+        handOver(d.bus, d.service, d.replica, h, d.grace, survivorExpected).pipe(
+          Effect.tap(() =>
+            Effect.sync(() => {
+              handed++
+              d.handedOff(h)
+            })
+          ),
+          Effect.catchAll((e) => Effect.zipRight(failed(e.reason), Effect.logDebug(`could not hand ${h.conn} over: ${e.message}`))),
+          Effect.catchAllDefect((defect) => Effect.zipRight(failed("Defect"), Effect.logWarning("hand-off failed", defect)))
+        ),
+      { concurrency: 256, discard: true }
+    ).pipe(
+      // A finalizer runs uninterruptibly, as it must on SIGTERM, where its fiber is being
+      // interrupted; only the hand-offs themselves may be cut short, by the grace period.
+      Effect.interruptible,
+      Effect.timeout(d.grace),
+      Effect.ignore
+    )
+    d.counts.failed += all.length - handed
+    if (handed === all.length) yield* Effect.logInfo(`handed ${handed} connections over to other replicas`)
+    else {
+      const unfinished = all.length - handed - [...failures.values()].reduce((a, b) => a + b, 0)
+      if (unfinished > 0) failures.set("Grace", unfinished)
+      const why = [...failures].map(([reason, n]) => `${reason} ${n}`).join(", ")
+      // On a bus no other process shares (npm start's embedded one), no replica elsewhere will
+      // adopt what is left: the connections just end with the process, as the user asked.
+      yield* (d.bus.shared ? Effect.logWarning : Effect.logDebug)(
+        `handed ${handed} of ${all.length} connections over (not handed: ${why}); the other ${all.length - handed} are adopted from KV once this replica's heartbeat lapses`
+      )
+    }
+  })

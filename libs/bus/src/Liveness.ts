@@ -37,29 +37,7 @@ export interface EdgeLossTarget {
   readonly offer: (m: "edge-lost") => void
 }
 
-/**
- * This replica's socket connections by edge, so that a dead edge's connections end together. A
- * Streamable HTTP session outlives any edge and is never added.
- */
-export class ConnectionsByEdge<A extends EdgeLossTarget> {
-  private readonly byEdge = new Map<Subjects.EdgeId, Map<Subjects.ConnId, A>>()
-  add(edge: Subjects.EdgeId, conn: Subjects.ConnId, target: A) {
-    let local = this.byEdge.get(edge)
-    if (!local) this.byEdge.set(edge, (local = new Map()))
-    local.set(conn, target)
-  }
-  /** Harmless when done twice, or for a connection never added. */
-  remove(edge: Subjects.EdgeId, conn: Subjects.ConnId) {
-    const local = this.byEdge.get(edge)
-    local?.delete(conn)
-    if (local?.size === 0) this.byEdge.delete(edge)
-  }
-  edges(): IterableIterator<[Subjects.EdgeId, ReadonlyMap<Subjects.ConnId, A>]> {
-    return this.byEdge.entries()
-  }
-}
-
-export interface LivenessOptions<A extends EdgeLossTarget> {
+export interface LivenessOptions {
   readonly bus: BusShape
   readonly service: Subjects.ServiceName
   readonly replica: string
@@ -70,7 +48,11 @@ export interface LivenessOptions<A extends EdgeLossTarget> {
   readonly replicas: KvBucketShape
   /** Whether this replica hosts the connection now. */
   readonly owns: (conn: Subjects.ConnId) => boolean
-  readonly byEdge: ConnectionsByEdge<A>
+  /**
+   * This replica's socket connections by edge, so that a dead edge's connections end together; a
+   * Streamable HTTP session outlives any edge and is left out.
+   */
+  readonly socketsByEdge: () => ReadonlyMap<Subjects.EdgeId, ReadonlyArray<EdgeLossTarget>>
   /** This replica took the connection's record from a replica that is gone: start its actor, restored. */
   readonly adopted: (conn: Subjects.ConnId, record: ConnectionRecord) => void
 }
@@ -79,9 +61,9 @@ export interface LivenessOptions<A extends EdgeLossTarget> {
  * Starts this replica's heartbeat, its adoption sweep and its edge check, until the scope closes;
  * the replica's key is deleted then. Returns whether another replica of the service is alive.
  */
-export const start = <A extends EdgeLossTarget>(options: LivenessOptions<A>): Effect.Effect<{ readonly othersAlive: Effect.Effect<boolean> }, BusError, Scope.Scope> =>
+export const start = (options: LivenessOptions): Effect.Effect<{ readonly othersAlive: Effect.Effect<boolean> }, BusError, Scope.Scope> =>
   Effect.gen(function*() {
-    const { bus, byEdge, edges, heartbeat, owns, replica, replicas, service } = options
+    const { bus, edges, heartbeat, owns, replica, replicas, service, socketsByEdge } = options
     const connections = options.ownership.bucket
     const replicaKey = Subjects.Key.replica(service, replica)
     yield* replicas.put(replicaKey, String(Date.now()))
@@ -141,12 +123,12 @@ export const start = <A extends EdgeLossTarget>(options: LivenessOptions<A>): Ef
 
     // An edge that dies cannot say its sockets closed; its heartbeat key expiring says it instead.
     yield* Effect.gen(function*() {
-      for (const [edgeId, targets] of byEdge.edges()) {
+      for (const [edgeId, targets] of socketsByEdge()) {
         // When KV cannot be read, assume the edge is alive rather than close healthy sockets.
         const alive = yield* edges.get(Subjects.Key.edge(edgeId)).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => true))
         if (!alive) {
-          yield* Effect.logWarning(`edge ${edgeId} is gone; closing its ${targets.size} connections`)
-          for (const target of targets.values()) target.offer("edge-lost")
+          yield* Effect.logWarning(`edge ${edgeId} is gone; closing its ${targets.length} connections`)
+          for (const target of targets) target.offer("edge-lost")
         }
       }
     }).pipe(Effect.repeat(Schedule.spaced(options.edgeCheckInterval)), Effect.forkScoped)

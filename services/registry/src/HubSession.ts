@@ -54,7 +54,7 @@ const sameList = (a: Naming.Aggregate, b: Naming.Aggregate) =>
  * session (issue 16). It is also what its calls see of it (`ToolCall.Session`) and what its user's
  * view tells of a change (`Views.Listener`).
  */
-class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Session, Views.Listener, Authenticate.Authenticating {
+class Session implements Actors.Actor<never, Registry.RegistryPeer, Registry.HubHandoff>, ToolCall.Session, Views.Listener, Authenticate.Authenticating {
   private currentUser: string | undefined
   private currentView: Views.View | undefined
   /** Set once `initialize` was answered. */
@@ -145,7 +145,7 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
   }
 
   /** A handed-over session's calls go on here; true when some were taken on. */
-  resume(handedOver: unknown): Effect.Effect<boolean> {
+  resume(handedOver: Registry.HubHandoff): Effect.Effect<boolean> {
     return Effect.map(this.ensureCalls(), (calls) => calls.resume(handedOver, this.transport) > 0)
   }
 
@@ -290,7 +290,7 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer>, ToolCall.Se
 /** Out here, so that the finalizer holds the session alone. */
 const releaseOf = (session: Session) => () => session.release()
 
-export const make = (replica: Replica.Replica) => (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
+export const make = (replica: Replica.Replica) => (conn: Actors.Connection, restored: boolean, handedOver: Registry.HubHandoff | undefined) =>
   Effect.gen(function*() {
     const { config, deadline, httpSessions, link, recall, remember } = replica
     const scope = yield* Effect.scope
@@ -308,7 +308,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
       }
       yield* Effect.addFinalizer(() => Effect.sync(release))
     }
-    const transport = http ? yield* HubTransport.http(conn, link, config.http, ToolCall.handedStream(handedOver)) : HubTransport.webSocket(conn)
+    const transport = http ? yield* HubTransport.http(conn, link, config.http, handedOver?.stream) : HubTransport.webSocket(conn)
     const session = new Session(replica, conn, transport, scope, user)
 
     const saved = restored ? yield* recall(conn) : Option.none()

@@ -8,6 +8,8 @@
  * Sanitising can merge names (`a.b` and `a-b`) and long names must be cut to MCP's 128 characters,
  * so a name that is too long or taken by another tool ends in a short hash of exactly what it
  * stands for; names that are fine as they are stay readable.
+ *
+ * A call of a listed name goes to a tab chosen by what the name stands for (`pickTab`, section 3).
  */
 import type { Registry } from "@switchboard/protocol"
 import { createHash } from "node:crypto"
@@ -93,6 +95,23 @@ const activeTabs = (tabs: ReadonlyArray<Registry.TabRecord>) => {
 
 export const activeTab = (tabs: ReadonlyArray<Registry.TabRecord>, domain: string): Registry.TabRecord | undefined =>
   activeTabs(tabs).get(domain)
+
+/**
+ * The tab a call of `target` goes to, among its domain's tabs by id (MCP-B routing, spec section
+ * 3): the tab in the name, the domain's active tab, the latest updated; each only if it has the tool.
+ */
+export const pickTab = (domainTabs: ReadonlyMap<number, Registry.TabRecord> | undefined, target: Target): Registry.TabRecord | undefined => {
+  if (domainTabs === undefined) return undefined
+  const has = (t: Registry.TabRecord) => t.tools.some((tool) => tool.name === target.tool)
+  const named = target.tabId === undefined ? undefined : domainTabs.get(target.tabId)
+  if (named !== undefined && has(named)) return named
+  const all = [...domainTabs.values()]
+  const active = activeTab(all, target.domain)
+  if (active !== undefined && has(active)) return active
+  let best: Registry.TabRecord | undefined
+  for (const t of all) if (has(t) && (best === undefined || t.updatedAt > best.updatedAt)) best = t
+  return best
+}
 
 const describe = (tool: Registry.Tool, where: string) => {
   const own = tool.description ?? tool.title ?? tool.name

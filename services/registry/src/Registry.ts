@@ -8,6 +8,7 @@
  * (`Replica.ts`), and the sweep of tab entries left behind (`StaleTabSweep.ts`).
  */
 import { Actors } from "@switchboard/bus"
+import { Registry } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as HubSession from "./HubSession.ts"
@@ -26,6 +27,7 @@ export const make = Effect.gen(function*() {
     protocol: Replica.peers,
     replicaHeartbeat: replica.config.replicaHeartbeat,
     shutdownGrace: replica.config.shutdownGrace,
+    handoff: { state: Registry.HubHandoff },
     make: (conn, restored, handedOver) => (conn.open.path === "/tabs" ? tab(conn, restored) : hub(conn, restored, handedOver))
   })
   yield* Stateless.serve(replica, host.inbox)

@@ -12,8 +12,6 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Option from "effect/Option"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import * as CallOutcome from "./CallOutcome.ts"
@@ -68,33 +66,6 @@ export interface Session {
 export const keyOf = (id: JsonRpc.Id) => `${typeof id}:${id}`
 const traceOf = (span: Tracer.AnySpan | undefined) => (span === undefined ? undefined : Telemetry.traceHeaders(span).traceparent)
 
-/** The client's answer to a call, from the tab's answer to `browser/executeTool`. */
-const answerOf = (call: Call, m: Record<string, unknown>, complete: Session["complete"]): string => {
-  if ("error" in m && isRecord(m["error"])) {
-    const error = m["error"]
-    // The tab's own fields, checked rather than converted: String() throws on {"toString": 1}.
-    const given = error["code"]
-    const code = typeof given === "number" && Number.isSafeInteger(given) ? given : ErrorCode.InternalError
-    return failure(call.id, code, typeof error["message"] === "string" ? error["message"] : "the tab failed")
-  }
-  const answered = m["result"]
-  if (!Registry.isExecuteResult(answered)) return failure(call.id, ErrorCode.InternalError, "Internal error: the tab answered browser/executeTool without {success, payload}")
-  const { payload, success } = answered
-  const text = typeof payload === "string" ? payload : JSON.stringify(payload)
-  const value = !success
-    ? { content: [{ type: "text", text }], isError: true }
-    : isRecord(payload) && Array.isArray(payload["content"])
-    ? payload
-    : { content: [{ type: "text", text }] }
-  return result(call.id, complete === undefined ? value : complete(value))
-}
-
-const decodeHubHandoff = Schema.decodeUnknownOption(Registry.HubHandoff)
-
-/** The Streamable HTTP events a handed-over session brought along, if any. */
-export const handedStream = (handedOver: unknown): Registry.HttpStreamState | undefined =>
-  Option.getOrUndefined(Option.flatMapNullable(decodeHubHandoff(handedOver), (h) => h.stream))
-
 export interface ToolCalls {
   /**
    * A decoded `tools/call`: answered at once when it cannot go anywhere, or sent to a tab. Its key
@@ -110,7 +81,7 @@ export interface ToolCalls {
   /** The session moves to another replica: its calls in flight, for the adopter's `resume`. */
   readonly handOff: () => Pick<Registry.HubHandoff, "seq" | "calls">
   /** On the adopter: the calls `handedOver` carries; how many were taken on. */
-  readonly resume: (handedOver: unknown, transport: HubTransport.HubTransport) => number
+  readonly resume: (handedOver: Registry.HubHandoff, transport: HubTransport.HubTransport) => number
   /** The session closed: its calls end without answers. */
   readonly closed: () => void
 }
@@ -163,21 +134,6 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       call.exchange.reply(failure(call.id, code, message), traceOf(call.span))
     }
 
-    /** MCP-B routing (spec section 3): the tab in the name, the domain's active tab, the latest updated. */
-    const pick = (target: Naming.Target): Registry.TabRecord | undefined => {
-      const domainTabs = session.view()?.tabs().get(target.domain)
-      if (domainTabs === undefined) return undefined
-      const has = (t: Registry.TabRecord) => t.tools.some((tool) => tool.name === target.tool)
-      const named = target.tabId === undefined ? undefined : domainTabs.get(target.tabId)
-      if (named !== undefined && has(named)) return named
-      const all = [...domainTabs.values()]
-      const active = Naming.activeTab(all, target.domain)
-      if (active !== undefined && has(active)) return active
-      let best: Registry.TabRecord | undefined
-      for (const t of all) if (has(t) && (best === undefined || t.updatedAt > best.updatedAt)) best = t
-      return best
-    }
-
     const sockets = new Map<string, Actors.Socket>()
     const socketOf = (tab: TabRef) => {
       let s = sockets.get(tab.conn)
@@ -190,7 +146,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
 
     const dispatch = (call: Call) => {
       const { domain, tool } = call.target
-      const tab = pick(call.target)
+      const tab = Naming.pickTab(session.view()?.tabs().get(domain), call.target)
       if (tab !== undefined) return sendTo(call, tab)
       const cached = session.view()?.cached(domain, tool)
       const user = session.user()
@@ -337,7 +293,7 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
       done(call)
       toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
       const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
-      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : answerOf(call, m, session.complete)
+      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : CallOutcome.answerOf(call.id, m, session.complete)
       if (call.span === undefined) return call.exchange.reply(answer)
       const user = session.user()
       return Effect.currentSpan.pipe(
@@ -382,11 +338,9 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
     }
 
     // Calls in flight at the replica that handed this session over: their tabs answer here.
-    const resume = (handedOver: unknown, transport: HubTransport.HubTransport) => {
-      const handed = decodeHubHandoff(handedOver)
-      if (Option.isNone(handed)) return 0
-      seq = Math.max(seq, handed.value.seq)
-      for (const c of handed.value.calls) {
+    const resume = (handed: Registry.HubHandoff, transport: HubTransport.HubTransport) => {
+      seq = Math.max(seq, handed.seq)
+      for (const c of handed.calls) {
         const key = keyOf(c.id)
         if (calls.has(key)) continue
         const call: Call = {

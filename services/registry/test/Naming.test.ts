@@ -1,7 +1,7 @@
 /** Tool names: readable where possible, within 128 characters always, and never the same for two tools. */
 import { describe, expect, it } from "@effect/vitest"
 import type { Registry } from "@switchboard/protocol"
-import { aggregate, assignNames, MaxName, sanitize, type Target } from "../src/Naming.ts"
+import { aggregate, assignNames, MaxName, pickTab, sanitize, type Target } from "../src/Naming.ts"
 
 const tab = (domain: string, tabId: number, tools: ReadonlyArray<string>, extra: Partial<Registry.TabRecord> = {}): Registry.TabRecord => ({
   user: "u",
@@ -73,5 +73,28 @@ describe("aggregate", () => {
     expect(byName.get("website_tool_shop_com_tab1_cart")?.tool.description).not.toContain("• active")
     expect(byName.get("website_tool_shop_com_cart")?.target).toEqual({ domain: "shop.com", tool: "cart" })
     expect(byName.get("website_tool_shop_com_cart")?.tool.description).toContain("active tab 2")
+  })
+})
+
+describe("the tab a call goes to", () => {
+  const byId = (...tabs: ReadonlyArray<Registry.TabRecord>) => new Map(tabs.map((t) => [t.tabId, t] as const))
+  const target = (tabId?: number): Target => ({ domain: "shop.example.com", tool: "buy", ...(tabId === undefined ? {} : { tabId }) })
+
+  it("is the tab in the name when it has the tool, else the domain's active tab, else the latest updated", () => {
+    const named = tab("shop.example.com", 1, ["buy"], { updatedAt: 1 })
+    const active = tab("shop.example.com", 2, ["buy"], { activatedAt: 5, updatedAt: 2 })
+    const latest = tab("shop.example.com", 3, ["buy"], { updatedAt: 9 })
+    expect(pickTab(byId(named, active, latest), target(1))).toBe(named)
+    expect(pickTab(byId(named, active, latest), target())).toBe(active)
+    expect(pickTab(byId(named, latest), target())).toBe(latest)
+  })
+
+  it("passes over tabs without the tool, even the named and the active one; none has it, or no tab, is none", () => {
+    const named = tab("shop.example.com", 1, ["browse"], { updatedAt: 9 })
+    const active = tab("shop.example.com", 2, ["browse"], { activatedAt: 5 })
+    const other = tab("shop.example.com", 3, ["buy"], { updatedAt: 1 })
+    expect(pickTab(byId(named, active, other), target(1))).toBe(other)
+    expect(pickTab(byId(named, active), target(1))).toBeUndefined()
+    expect(pickTab(undefined, target())).toBeUndefined()
   })
 })

@@ -17,7 +17,7 @@ import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
 import { orWarn, relayed, warnIfFails } from "./Replies.ts"
-import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
+import { askAttached, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -51,7 +51,7 @@ interface Session {
  * closures over the actor's variables they were about twenty functions and their contexts per idle
  * socket (issue 16).
  */
-class Client implements Actors.Actor<never, Proxy.RouterPeer> {
+class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState> {
   user: string | undefined
   session: Session | undefined
   /** Closes a socket that does not authenticate in time; none for an adopted one that had. */
@@ -391,7 +391,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer> {
 
 export const make = (replica: Replica) => {
   const { clientSeats, config, link, proxies, recall, seat } = replica
-  return (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
+  return (conn: Actors.Connection, restored: boolean, handedOver: Proxy.HandoffState | undefined) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       const actor = new Client(replica, conn, scope)
@@ -425,8 +425,7 @@ export const make = (replica: Replica) => {
         actor.deadline = yield* ActorTimer.after(config.authTimeout, () => conn.close(CloseCode.PolicyViolation, "Authentication failed: no mcp_handshake in time"))
       }
       // Requests in flight at the replica that handed this socket over: their answers come here.
-      const handed = decodeHandoff(handedOver)
-      const handedPending = Option.isSome(handed) && handed.value.role === "client" ? handed.value.pending : []
+      const handedPending = handedOver?.role === "client" ? handedOver.pending : []
       if (actor.session !== undefined || handedPending.length > 0) {
         const pending = yield* actor.pendingRequests()
         for (const { id, mapped, method } of handedPending) pending.set(mapped, { id, method, span: undefined })

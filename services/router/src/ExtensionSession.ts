@@ -15,7 +15,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { orWarn, refused, warnIfFails } from "./Replies.ts"
-import { askAttached, decodeHandoff, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
+import { askAttached, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
@@ -48,7 +48,7 @@ const shown = (id: string) => JSON.stringify(id.length > 80 ? `${id.slice(0, 80)
  * over the actor's variables they were about a dozen functions and their contexts per idle socket
  * (issue 16).
  */
-class Extension implements Actors.Actor<never, Proxy.RouterPeer> {
+class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState> {
   /** Set once the extension authenticated (or was adopted so). */
   ext: Proxy.ExtensionRecord | undefined
   /** Proxy connections attached to this extension: connection id → the client's socket. */
@@ -318,14 +318,13 @@ export const make = (replica: Replica) => {
   const { config, extensions, proxies, recall, seat } = replica
   /** Where an internal request's answer goes, for one handed over from another replica. */
   const replyTo = (subject: string) => peers.replyAt(replica.bus, Proxy.InternalRequest, subject)
-  return (conn: Actors.Connection, restored: boolean, handedOver: unknown) =>
+  return (conn: Actors.Connection, restored: boolean, handedOver: Proxy.HandoffState | undefined) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
       const actor = new Extension(replica, conn, scope)
-      const handed = decodeHandoff(handedOver)
-      if (Option.isSome(handed) && handed.value.role === "extension" && handed.value.internal.length > 0) {
+      if (handedOver?.role === "extension" && handedOver.internal.length > 0) {
         const internal = yield* actor.internalRequests()
-        for (const { id, reply } of handed.value.internal) internal.set(id, replyTo(reply))
+        for (const { id, reply } of handedOver.internal) internal.set(id, replyTo(reply))
       }
 
       // Adopted from a replica that stopped: the extension authenticated long ago.

@@ -13,14 +13,11 @@ import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as RouterConfig from "./Config.ts"
 
 /** What the router's actors, and other services through `router.internal`, say to its actors. */
 export const peers = Peer.protocol(Proxy.RouterPeer)
-
-export const decodeHandoff = Schema.decodeUnknownOption(Proxy.HandoffState)
 
 export const make = Effect.gen(function*() {
   const bus = yield* Bus.Bus

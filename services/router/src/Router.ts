@@ -6,6 +6,7 @@
  * This module only wires them, over the replica's shared state (`Replica.ts`).
  */
 import { Actors } from "@switchboard/bus"
+import { Proxy } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as ClientSession from "./ClientSession.ts"
@@ -23,6 +24,7 @@ export const make = Effect.gen(function*() {
     protocol: Replica.peers,
     replicaHeartbeat: replica.config.replicaHeartbeat,
     shutdownGrace: replica.config.shutdownGrace,
+    handoff: { state: Proxy.HandoffState },
     make: (conn, restored, handedOver) => (conn.open.path === "/extension" ? extension(conn, restored, handedOver) : client(conn, restored, handedOver))
   })
 })
