@@ -5,7 +5,7 @@
  */
 import { JsonRpc, Registry } from "@switchboard/protocol"
 import type { Instruments } from "@switchboard/telemetry"
-import { failure, result } from "./Replies.ts"
+import { failure, result } from "@switchboard/protocol/JsonRpc"
 
 const { ErrorCode, isRecord } = JsonRpc
 
