@@ -21,7 +21,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { Bus, type BusMessage, type Subscription } from "./Bus.ts"
-import { closeSocket, endActor, type Frame, IncomingFrame, opens as openRequests, socket } from "./EdgeLink.ts"
+import { closedOf, closeSocket, endActor, type Frame, IncomingFrame, markerOf, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Liveness from "./Liveness.ts"
@@ -174,7 +174,7 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
       edge: edgeId,
       open: event,
       user: event.claims?.sub,
-      send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
+      send: socket(bus, edgeId, { _tag: "Deliver", conn: connId }).send,
       route,
       close: http
         ? (code, reason) => endActor(bus, options.service, connId, code, reason)
@@ -241,8 +241,8 @@ export const host = <R, M extends Peer.Message = never>(options: HostOptions<R, 
         if (op === "frame") return this.actor.onFrame(new IncomingFrame(m))
         if (op === "peer") return this.onPeer?.(m)
         if (op === "closed") {
-          this.end([Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""])
-        } else if (op === "marker" && this.marker !== undefined && this.marker[0] === m.header(Subjects.Header.handoff)) {
+          this.end(closedOf(m))
+        } else if (op === "marker" && this.marker !== undefined && this.marker[0] === markerOf(m)) {
           // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
           this.mailbox.pause(this.marker[1])
         }
