@@ -18,8 +18,8 @@ import * as EdgeConfig from "./Config.ts"
 import { fail, failureBody } from "./HttpChecks.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 
-/** An exchange open on this edge; what its deliveries name it by (the bus's `sb-http` header). */
-export type ExchangeId = number
+/** An exchange open on this edge; what its deliveries name it by (the envelope's `http`, `sb-http` on the bus). */
+export type ExchangeId = string
 
 /** What an exchange's caller hears when its response is lost before its answer (or, for a stream, its end). */
 export interface Losses {
@@ -257,7 +257,7 @@ export const make = (
     }
 
     const post = (exchange: PostExchange): ExchangeId => {
-      const n = ++next
+      const n = String(++next)
       const timer = setTimeout(() => timedOut(n), config.responseTimeout)
       const pending: Pending = { kind: "post", n, of: exchange, id: exchange.id, timer, sse: false, queued: 0, left: 0, movedAt: undefined }
       open.set(n, pending)
@@ -266,7 +266,7 @@ export const make = (
     }
 
     const stream = (exchange: StreamExchange): ExchangeId => {
-      const n = ++next
+      const n = String(++next)
       const s: Stream = {
         kind: "stream",
         n,
