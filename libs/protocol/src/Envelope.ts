@@ -187,6 +187,19 @@ export type Release = typeof Release.Type
 export const EdgeOut = Schema.Union(Exchange, Deliver, Fanout, Close, Hold, Release)
 export type EdgeOut = typeof EdgeOut.Type
 
+/**
+ * A request that needs no session (MCP 2026-07-28), to any replica of the service, or the client's
+ * cancellation of one: who asks, and the edge's exchange that waits for the answer. It has no
+ * `sb-op`: its subject (`Subjects.stateless`, `Subjects.statelessCancelled`) says what it is.
+ */
+export const Stateless = Schema.Struct({
+  user: required(Header.user, Name),
+  edge: required(Header.edge, Name),
+  http: required(Header.http, Name),
+  traceparent: optional(Header.traceparent, Name)
+})
+export type Stateless = typeof Stateless.Type
+
 /** Why a message is no envelope, in a few words for the log (`sb-code: ...`). */
 export type Refusal = string
 
@@ -226,7 +239,13 @@ export const decodeEdgeOutWithSchema = (headers: Headers): Either.Either<EdgeOut
   const missing = hasOp(headers)
   return missing !== undefined ? Either.left(missing) : Either.mapLeft(decodeOutSchema(headers), refusal)
 }
-/** The Schema-only encode: the reference for `encodeEdgeIn`/`encodeEdgeOut`. Exported for tests. */
+const decodeStatelessSchema = Schema.decodeUnknownEither(Stateless)
+/** The Schema-only decode: the reference for `decodeStateless`. Exported for tests. */
+export const decodeStatelessWithSchema = (headers: Headers): Either.Either<Stateless, Refusal> =>
+  Either.mapLeft(decodeStatelessSchema(headers), refusal)
+
+/** The Schema-only encode: the reference for `encodeEdgeIn`/`encodeEdgeOut`/`encodeStateless`. Exported for tests. */
+export const encodeStatelessWithSchema = Schema.encodeSync(Stateless)
 export const encodeEdgeInWithSchema = Schema.encodeSync(EdgeIn)
 export const encodeEdgeOutWithSchema = Schema.encodeSync(EdgeOut)
 
@@ -343,6 +362,16 @@ export const decodeEdgeOut = (source: HeaderSource): Either.Either<EdgeOut, Refu
   return fast === undefined ? decodeEdgeOutWithSchema(headersOf(source)) : Either.right(fast)
 }
 
+/** A stateless request's headers (or its cancellation's); a refusal says which header is wrong. */
+export const decodeStateless = (source: HeaderSource): Either.Either<Stateless, Refusal> => {
+  const user = name(source, Header.user)
+  const edge = name(source, Header.edge)
+  const http = name(source, Header.http)
+  if (user === undefined || edge === undefined || http === undefined) return decodeStatelessWithSchema(headersOf(source))
+  const traceparent = name(source, Header.traceparent)
+  return Either.right(traceparent === undefined ? { user, edge, http } : { user, edge, http, traceparent })
+}
+
 /** Adds the optional headers that are set; a header record is built once per message, or once per connection. */
 const withOptional = (headers: Record<string, string>, pairs: ReadonlyArray<readonly [string, string | undefined]>): Headers => {
   for (const [header, value] of pairs) if (value !== undefined) headers[header] = value
@@ -395,3 +424,7 @@ export const encodeEdgeOut = (m: EdgeOut): Headers => {
       return { [Header.op]: "release", [Header.conn]: m.conn, [Header.handoff]: m.handoff }
   }
 }
+
+/** The headers of a stateless request, or of its cancellation. */
+export const encodeStateless = (m: Stateless): Headers =>
+  withOptional({ [Header.user]: m.user, [Header.edge]: m.edge, [Header.http]: m.http }, [[Header.traceparent, m.traceparent]])

@@ -8,12 +8,16 @@ import {
   decodeEdgeInWithSchema,
   decodeEdgeOut,
   decodeEdgeOutWithSchema,
+  decodeStateless,
+  decodeStatelessWithSchema,
   type EdgeIn,
   type EdgeOut,
   encodeEdgeIn,
   encodeEdgeInWithSchema,
   encodeEdgeOut,
   encodeEdgeOutWithSchema,
+  encodeStateless,
+  encodeStatelessWithSchema,
   Header,
   type Headers
 } from "../src/Envelope.ts"
@@ -65,6 +69,12 @@ describe("Envelope: every variant round-trips", () => {
     expect(headers).toStrictEqual(encodeEdgeOutWithSchema(m))
     expect(outcome(decodeEdgeOut(source(headers)))).toStrictEqual({ ok: m })
     expect(outcome(decodeEdgeOutWithSchema(headers))).toStrictEqual({ ok: m })
+  })
+
+  it.each([{ user: "alice", edge: "e1", http: "12" }, { user: "bob", edge: "e2", http: "1", traceparent }])("Stateless %j", (m) => {
+    const headers = encodeStateless(m)
+    expect(headers).toStrictEqual(encodeStatelessWithSchema(m))
+    expect(outcome(decodeStateless(source(headers)))).toStrictEqual({ ok: m })
   })
 
   it("writes the bytes the edge and services wrote before the envelope, so that versions mix in a rolling restart", () => {
@@ -137,6 +147,16 @@ describe("Envelope: the fast path agrees with the Schemas", () => {
   it.each(inputs)("EdgeOut %j", (headers) => {
     expect(outcome(decodeEdgeOut(source(headers)))).toStrictEqual(outcome(decodeEdgeOutWithSchema(received(headers))))
   })
+
+  it.each([
+    ...inputs,
+    { [Header.user]: "u", [Header.edge]: "e" },
+    { [Header.user]: "u", [Header.http]: "1" },
+    { [Header.user]: "", [Header.edge]: "e", [Header.http]: "1" },
+    { [Header.user]: "u", [Header.edge]: "e", [Header.http]: "1", [Header.traceparent]: "" }
+  ])("Stateless %j", (headers) => {
+    expect(outcome(decodeStateless(source(headers)))).toStrictEqual(outcome(decodeStatelessWithSchema(received(headers))))
+  })
 })
 
 describe("Envelope: a missing or garbled header is refused by name", () => {
@@ -152,6 +172,10 @@ describe("Envelope: a missing or garbled header is refused by name", () => {
     expect(refusalOf(decodeEdgeOut(source({ [Header.op]: "hold", [Header.handoff]: "h" })))).toBe(`${Header.conn}: is missing`)
     expect(refusalOf(decodeEdgeIn(source({ [Header.op]: "frame", [Header.edge]: "e1" })))).toBe(`${Header.conn}: is missing`)
     expect(refusalOf(decodeEdgeIn(source({ [Header.op]: "marker", [Header.conn]: conn })))).toBe(`${Header.handoff}: is missing`)
+  })
+
+  it("a stateless request without its exchange says so", () => {
+    expect(refusalOf(decodeStateless(source({ [Header.user]: "u", [Header.edge]: "e" })))).toBe(`${Header.http}: is missing`)
   })
 
   it("an unknown or missing operation is refused", () => {
