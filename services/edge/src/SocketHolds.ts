@@ -15,21 +15,24 @@ import type { EdgeSocket } from "./EdgeSocket.ts"
  */
 const HOLD_LIMIT_MS = 30_000
 
-export interface SocketHoldsOptions {
+/** What a hold reads and writes of a socket. */
+export type Holdable = Pick<EdgeSocket, "id" | "subject" | "state" | "closedWith" | "held" | "holdTimer">
+
+export interface SocketHoldsOptions<S extends Holdable> {
   readonly bus: Bus.BusShape
   /** Sends the frames that wait on, to whoever owns the connection now. */
-  readonly flush: (s: EdgeSocket) => void
+  readonly flush: (s: S) => void
   /** Tells the connection's owner that its socket closed (while it was held). */
-  readonly tellClosed: (s: EdgeSocket, code: number, reason: string) => void
+  readonly tellClosed: (s: S, code: number, reason: string) => void
 }
 
-export const make = (options: SocketHoldsOptions) => {
+export const make = <S extends Holdable>(options: SocketHoldsOptions<S>) => {
   const { bus, flush, tellClosed } = options
   /** Held sockets, closed ones included: a socket that closes while held still gets released. */
-  const held = new Map<Subjects.ConnId, EdgeSocket>()
+  const held = new Map<Subjects.ConnId, S>()
 
   /** Holds the connection's frames, and marks the end of what its current actor must handle. */
-  const hold = (s: EdgeSocket, handoff: string) => {
+  const hold = (s: S, handoff: string) => {
     if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
     s.held = handoff
     held.set(s.id, s)
@@ -43,7 +46,7 @@ export const make = (options: SocketHoldsOptions) => {
   }
 
   /** The new actor listens: the held frames go to it, in order, then a close that happened meanwhile. */
-  const release = (s: EdgeSocket) => {
+  const release = (s: S) => {
     if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
     s.holdTimer = undefined
     s.held = undefined
