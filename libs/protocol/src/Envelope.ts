@@ -83,6 +83,12 @@ const Code = Schema.transform(Schema.String.pipe(Schema.pattern(DIGITS)), Schema
 const Name = Schema.NonEmptyString
 const Reason = Schema.optionalWith(Schema.String, { default: () => "" }).pipe(Schema.fromKey(Header.reason))
 
+/** What a close says (`close` to the edge, `closed` from it). */
+const closeFields = { code: required(Header.code, Code), reason: Reason }
+/** The hand-off's operations (`hold`, `release`, `marker`): each names the connection, and which hand-off. */
+const handoffOp = <const T extends string>(tag: T, op: Op) =>
+  Schema.Struct({ _tag: tagged(tag, op), conn: required(Header.conn, Name), handoff: required(Header.handoff, Name) })
+
 /** A client's frame (its bytes are the body), or a Streamable HTTP control (`httpOp`) with none. */
 export const Frame = Schema.Struct({
   _tag: tagged("Frame", "frame"),
@@ -104,17 +110,12 @@ export const Closed = Schema.Struct({
   _tag: tagged("Closed", "closed"),
   conn: optional(Header.conn, Name),
   edge: optional(Header.edge, Name),
-  code: required(Header.code, Code),
-  reason: Reason
+  ...closeFields
 })
 export type Closed = typeof Closed.Type
 
 /** Put by a held edge after the last frame the old owner must handle (see `@switchboard/bus/Handoff`). */
-export const Marker = Schema.Struct({
-  _tag: tagged("Marker", "marker"),
-  conn: required(Header.conn, Name),
-  handoff: required(Header.handoff, Name)
-})
+export const Marker = handoffOp("Marker", "marker")
 export type Marker = typeof Marker.Type
 
 /** A message from another actor; its body is the peer protocol's (`@switchboard/bus/Peer`), named by `kind`. */
@@ -162,25 +163,16 @@ export type Fanout = typeof Fanout.Type
 export const Close = Schema.Struct({
   _tag: tagged("Close", "close"),
   conn: required(Header.conn, Name),
-  code: required(Header.code, Code),
-  reason: Reason
+  ...closeFields
 })
 export type Close = typeof Close.Type
 
 /** A hand-off begins: hold the connection's frames and put a marker on its subject. */
-export const Hold = Schema.Struct({
-  _tag: tagged("Hold", "hold"),
-  conn: required(Header.conn, Name),
-  handoff: required(Header.handoff, Name)
-})
+export const Hold = handoffOp("Hold", "hold")
 export type Hold = typeof Hold.Type
 
 /** The hand-off is over (its new owner listens, or it failed): send the held frames on. */
-export const Release = Schema.Struct({
-  _tag: tagged("Release", "release"),
-  conn: required(Header.conn, Name),
-  handoff: required(Header.handoff, Name)
-})
+export const Release = handoffOp("Release", "release")
 export type Release = typeof Release.Type
 
 /** Deliveries are told apart by their headers: an exchange names `sb-http`, one socket `sb-conn`, a group `sb-conns`. */
@@ -378,6 +370,8 @@ const withOptional = (headers: Record<string, string>, pairs: ReadonlyArray<read
   return headers
 }
 
+const handoffHeaders = (op: Op, m: Marker | Hold | Release): Headers => ({ [Header.op]: op, [Header.conn]: m.conn, [Header.handoff]: m.handoff })
+
 /** The headers of a message to a connection's actor. */
 export const encodeEdgeIn = (m: EdgeIn): Headers => {
   switch (m._tag) {
@@ -398,7 +392,7 @@ export const encodeEdgeIn = (m: EdgeIn): Headers => {
         [Header.reason, m.reason]
       ])
     case "Marker":
-      return { [Header.op]: "marker", [Header.conn]: m.conn, [Header.handoff]: m.handoff }
+      return handoffHeaders("marker", m)
     case "Peer":
       return withOptional({ [Header.op]: "peer", [Header.kind]: m.kind }, [[Header.traceparent, m.traceparent]])
   }
@@ -419,9 +413,9 @@ export const encodeEdgeOut = (m: EdgeOut): Headers => {
     case "Close":
       return { [Header.op]: "close", [Header.conn]: m.conn, [Header.code]: String(m.code), [Header.reason]: m.reason }
     case "Hold":
-      return { [Header.op]: "hold", [Header.conn]: m.conn, [Header.handoff]: m.handoff }
+      return handoffHeaders("hold", m)
     case "Release":
-      return { [Header.op]: "release", [Header.conn]: m.conn, [Header.handoff]: m.handoff }
+      return handoffHeaders("release", m)
   }
 }
 

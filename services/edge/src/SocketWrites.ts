@@ -4,21 +4,31 @@
  * runs once per delivery.
  */
 import { Edge as EdgeProtocol } from "@switchboard/protocol"
+import type { Duplex } from "node:stream"
 import { WebSocket } from "ws"
 import type { EdgeSocket } from "./EdgeSocket.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 import type { Turn } from "./Turn.ts"
 
-export interface SocketWritesOptions {
+/** What a write reads and writes of a socket. */
+export interface Writable {
+  readonly state: EdgeSocket["state"]
+  readonly ws: Pick<WebSocket, "readyState" | "bufferedAmount" | "send">
+  readonly raw: Pick<Duplex, "cork" | "uncork">
+  corked: boolean
+  framesOut: number
+}
+
+export interface SocketWritesOptions<S extends Writable> {
   readonly turn: Turn
   readonly metrics: EdgeMetrics
   /** Bytes a socket may have waiting to be written before it is closed 1013 as a slow consumer. */
   readonly outboundHighWaterMark: number
-  readonly close: (s: EdgeSocket, code: number, reason: string) => void
+  readonly close: (s: S, code: number, reason: string) => void
 }
 
 /** `send(s, data)`: one delivery to one socket. */
-export const make = (options: SocketWritesOptions) => {
+export const make = <S extends Writable>(options: SocketWritesOptions<S>) => {
   const { turn, metrics, close } = options
   const hwm = options.outboundHighWaterMark
 
@@ -28,7 +38,7 @@ export const make = (options: SocketWritesOptions) => {
   // request, or a read from the bus): its writes leave once the deliveries it made are done, at
   // the next microtask checkpoint, instead of after the rest of the turn: at 1×1, 2 µs from
   // delivery to write where the end of the turn took 3.8 (instrumented all-in-one, `/hub` calls).
-  const corked: Array<EdgeSocket> = []
+  const corked: Array<S> = []
   const uncorkAll = () => {
     for (const s of corked) {
       s.corked = false
@@ -37,7 +47,7 @@ export const make = (options: SocketWritesOptions) => {
     corked.length = 0
   }
 
-  return (s: EdgeSocket, data: Uint8Array) => {
+  return (s: S, data: Uint8Array) => {
     if (s.state === "closed" || s.ws.readyState !== WebSocket.OPEN) return
     if (s.ws.bufferedAmount + data.byteLength > hwm) {
       close(s, EdgeProtocol.CloseCode.TryAgainLater, "slow consumer: outbound buffer full")
