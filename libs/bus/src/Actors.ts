@@ -176,7 +176,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
       edge: edgeId,
       open: event,
       user: event.claims?.sub,
-      send: socket(bus, edgeId, Subjects.Header.conn, connId).send,
+      send: socket(bus, edgeId, { _tag: "Deliver", conn: connId }).send,
       route,
       close: http
         ? (code, reason) => endActor(bus, options.service, connId, code, reason)

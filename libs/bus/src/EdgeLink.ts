@@ -4,10 +4,11 @@
  * what goes back out on an edge's subject (deliveries, closes, Streamable HTTP exchanges). The
  * actor host (`Actors.host`) builds each connection's `send` and `close` from here.
  */
-import { type Edge, Host } from "@switchboard/protocol"
+import { type Edge, Envelope, Host } from "@switchboard/protocol"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import { Bus, type BusMessage, type BusShape, type Headers, text } from "./Bus.ts"
+import * as Either from "effect/Either"
+import { Bus, type BusMessage, type BusShape, text } from "./Bus.ts"
 import * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
 
@@ -65,10 +66,21 @@ export const requestOpen = (
   // Built from what the edge checked itself: no validation on construction.
   opens.callOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout })
 
-/** A frame as the actor reads it: its headers are looked up, and its text decoded, only when asked. */
+/**
+ * A frame as the actor reads it: its text is decoded, and its envelope read, only when asked. A
+ * frame whose envelope the edge garbled reads as one with none of the optional headers.
+ */
 export class IncomingFrame implements Frame {
   private decoded: string | undefined
+  private envelope: Envelope.Frame | null | undefined
   constructor(private readonly message: BusMessage) {}
+  private get headers(): Envelope.Frame | null {
+    if (this.envelope === undefined) {
+      const read = Envelope.decodeEdgeIn(this.message)
+      this.envelope = Either.isRight(read) && read.right._tag === "Frame" ? read.right : null
+    }
+    return this.envelope
+  }
   get data() {
     return this.message.data
   }
@@ -76,35 +88,50 @@ export class IncomingFrame implements Frame {
     return (this.decoded ??= text(this.message))
   }
   get traceparent() {
-    return this.message.header(Subjects.Header.traceparent)
+    return this.headers?.traceparent
   }
   get limited() {
-    return this.message.header(Subjects.Header.reason) === "rate-limited"
+    return this.headers?.limited === true
   }
   get edge() {
-    const edge = this.message.header(Subjects.Header.edge)
+    const edge = this.headers?.edge
     return edge === undefined ? undefined : Subjects.EdgeId(edge)
   }
   get user() {
-    return this.message.header(Subjects.Header.user)
+    return this.headers?.user
   }
   get http() {
-    return this.message.header(Subjects.Header.http)
+    return this.headers?.http
   }
   get httpOp() {
-    return this.message.header(Subjects.Header.httpOp)
+    return this.headers?.httpOp
   }
   get lastEventId() {
-    return this.message.header(Subjects.Header.lastEventId)
+    return this.headers?.lastEventId
   }
+}
+
+/**
+ * How a `closed` ends its actor: its code and reason; one whose code is missing or garbled still
+ * ends it, as a close frame with no status does (1005).
+ */
+export const closedOf = (m: BusMessage): readonly [number, string] => {
+  const closed = Envelope.decodeEdgeIn(m)
+  return Either.isRight(closed) && closed.right._tag === "Closed" ? [closed.right.code, closed.right.reason] : [1005, ""]
+}
+
+/** Which hand-off a `marker` ends the old owner's share of; undefined for a garbled one. */
+export const markerOf = (m: BusMessage): string | undefined => {
+  const marker = Envelope.decodeEdgeIn(m)
+  return Either.isRight(marker) && marker.right._tag === "Marker" ? marker.right.handoff : undefined
 }
 
 /** Sends to sockets on any edge by id: one, many on the same edge (one bus message), or close. */
 export const edgeLink = Effect.map(Bus, (bus) => ({
   /** One socket, for repeated sends (its headers are built once). */
-  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, Subjects.Header.conn, conn),
+  to: (edge: Subjects.EdgeId, conn: Subjects.ConnId): Socket => socket(bus, edge, { _tag: "Deliver", conn }),
   /** Fan-out: many sockets of one edge as one handle; each send is one publish, however many receive it. */
-  toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, Subjects.Header.conns, conns.join(",")),
+  toMany: (edge: Subjects.EdgeId, conns: ReadonlyArray<Subjects.ConnId>): Socket => socket(bus, edge, { _tag: "Fanout", conns }),
   close: (edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) => closeSocket(bus, edge, conn, code, reason),
   /**
    * Closes a socket and ends `service`'s actor of it at once: when a client comes back through
@@ -119,12 +146,8 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
     const out = Subjects.edgeOut(edge)
     return {
       send: (data, options = {}) => {
-        const headers: Record<string, string> = { [Subjects.Header.op]: "deliver", [Subjects.Header.conn]: conn, [Subjects.Header.http]: exchange }
-        if (options.end === true) headers[Subjects.Header.httpEnd] = "1"
-        if (options.eventId !== undefined) headers[Subjects.Header.eventId] = options.eventId
-        if (options.traceparent !== undefined) headers[Subjects.Header.traceparent] = options.traceparent
-        if (options.status !== undefined) headers[Subjects.Header.httpStatus] = String(options.status)
-        bus.unsafePublish(out, data, headers)
+        const { end = false, eventId, status, traceparent } = options
+        bus.unsafePublish(out, data, Envelope.encodeEdgeOut({ _tag: "Exchange", conn, http: exchange, end, eventId, status, traceparent }))
       }
     }
   }
@@ -132,32 +155,17 @@ export const edgeLink = Effect.map(Bus, (bus) => ({
 
 /** Asks the edge to close a socket; the edge then tells the actor `closed`, as for any close. */
 export const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, code: number, reason: string) =>
-  bus.unsafePublish(Subjects.edgeOut(edge), "", {
-    [Subjects.Header.op]: "close",
-    [Subjects.Header.conn]: conn,
-    [Subjects.Header.code]: String(code),
-    [Subjects.Header.reason]: reason
-  })
+  bus.unsafePublish(Subjects.edgeOut(edge), "", Envelope.encodeEdgeOut({ _tag: "Close", conn, code, reason }))
 
 /** Ends an actor as its socket's close would: what a session with no socket, or whose edge died, needs. */
 export const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.ConnId, code: number, reason: string) =>
-  bus.unsafePublish(Subjects.conn(service, conn), "", {
-    [Subjects.Header.op]: "closed",
-    [Subjects.Header.code]: String(code),
-    [Subjects.Header.reason]: reason
-  })
+  bus.unsafePublish(Subjects.conn(service, conn), "", Envelope.encodeEdgeIn({ _tag: "Closed", code, reason }))
 
-/** `name` is `sb-conn` for one socket, `sb-conns` for a comma-separated group on the same edge. */
-export const socket = (bus: BusShape, edge: Subjects.EdgeId, name: string, value: string): Socket => {
+/** Deliveries to one socket, or to a group on the same edge; their untraced headers are built once. */
+export const socket = (bus: BusShape, edge: Subjects.EdgeId, to: Envelope.Deliver | Envelope.Fanout): Socket => {
   const out = Subjects.edgeOut(edge)
-  const untraced = deliverHeaders(name, value, undefined)
+  const untraced = Envelope.encodeEdgeOut(to)
   return {
-    send: (data, traceparent) =>
-      bus.unsafePublish(out, data, traceparent === undefined ? untraced : deliverHeaders(name, value, traceparent))
+    send: (data, traceparent) => bus.unsafePublish(out, data, traceparent === undefined ? untraced : Envelope.encodeEdgeOut({ ...to, traceparent }))
   }
 }
-
-const deliverHeaders = (name: string, value: string, traceparent: string | undefined): Headers =>
-  traceparent === undefined
-    ? { [Subjects.Header.op]: "deliver", [name]: value }
-    : { [Subjects.Header.op]: "deliver", [name]: value, [Subjects.Header.traceparent]: traceparent }

@@ -12,6 +12,7 @@
  *  release ───────────────────────▶  sends the buffered frames, now to the new owner
  */
 import { Host } from "@switchboard/protocol"
+import * as EdgeEnvelope from "@switchboard/protocol/Envelope"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -26,30 +27,12 @@ export const adoptions = Peer.protocol(Host.Adoptions)
 /** What one replica's inbox is asked: the rest of a handed-over mailbox, or whether it still runs. */
 export const replicaInbox = Peer.protocol(Host.ReplicaInbox)
 
-/** Headers a forwarded message may carry; the bus adapters expose headers only by name. */
-const carried = [
-  Subjects.Header.op,
-  Subjects.Header.kind,
-  Subjects.Header.conn,
-  Subjects.Header.edge,
-  Subjects.Header.user,
-  Subjects.Header.code,
-  Subjects.Header.reason,
-  Subjects.Header.http,
-  Subjects.Header.httpOp,
-  Subjects.Header.lastEventId,
-  Subjects.Header.traceparent,
-  Subjects.Header.tracestate
-]
-
-const toForwarded = (m: BusMessage): Host.ForwardedMessage => {
-  const headers: Record<string, string> = {}
-  for (const name of carried) {
-    const value = m.header(name)
-    if (value !== undefined) headers[name] = value
-  }
-  return { headers, data: Buffer.from(m.data).toString("base64"), ...(m.reply === undefined ? {} : { reply: m.reply }) }
-}
+/** A forwarded message carries its envelope; the bus adapters expose headers only by name. */
+const toForwarded = (m: BusMessage): Host.ForwardedMessage => ({
+  headers: EdgeEnvelope.headersOf(m),
+  data: Buffer.from(m.data).toString("base64"),
+  ...(m.reply === undefined ? {} : { reply: m.reply })
+})
 
 /** A message forwarded by the old owner; to the actor it reads like the one it stands for. */
 export class ForwardedMessage implements BusMessage {
@@ -106,8 +89,8 @@ const MARKER_TIMEOUT = Duration.seconds(3)
 /** How often a stopping replica asks again while no other replica listens: soon, then less often. */
 const noSurvivorYet = Schedule.exponential("20 millis").pipe(Schedule.union(Schedule.spaced("500 millis")))
 
-const edgeOp = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, op: "hold" | "release", token: string) =>
-  bus.unsafePublish(Subjects.edgeOut(edge), "", { [Subjects.Header.op]: op, [Subjects.Header.conn]: conn, [Subjects.Header.handoff]: token })
+const edgeOp = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects.ConnId, _tag: "Hold" | "Release", handoff: string) =>
+  bus.unsafePublish(Subjects.edgeOut(edge), "", EdgeEnvelope.encodeEdgeOut({ _tag, conn, handoff }))
 
 /**
  * Hands one connection to another replica. Succeeds once the new owner handles its mailbox; fails
@@ -125,7 +108,7 @@ export const handOver = <R>(
 ) => {
   const token = randomUUID()
   const release = Effect.sync(() => {
-    if (!h.http) edgeOp(bus, h.edge, h.conn, "release", token)
+    if (!h.http) edgeOp(bus, h.edge, h.conn, "Release", token)
   })
   return Effect.gen(function*() {
     // Everything the old owner must handle is before the marker (sockets) or already in its
@@ -135,7 +118,7 @@ export const handOver = <R>(
       if (h.http) h.mailbox.pause(reached)
       else {
         h.expectMarker(token, reached)
-        edgeOp(bus, h.edge, h.conn, "hold", token)
+        edgeOp(bus, h.edge, h.conn, "Hold", token)
       }
     }).pipe(
       Effect.timeoutFail({

@@ -12,7 +12,7 @@ import type * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as Scope from "effect/Scope"
 import type { BusMessage, Subscription } from "./Bus.ts"
-import { type Frame, IncomingFrame } from "./EdgeLink.ts"
+import { closedOf, type Frame, IncomingFrame, markerOf } from "./EdgeLink.ts"
 import type { Handover, HandoffFailed } from "./Handoff.ts"
 import type { Envelope, Mailbox } from "./Mailbox.ts"
 import type * as Peer from "./Peer.ts"
@@ -102,8 +102,8 @@ export class HostedActor<R, M> implements Handover<R> {
     if (op === "frame") return this.actor.onFrame(new IncomingFrame(m))
     if (op === "peer") return this.onPeer?.(m)
     if (op === "closed") {
-      this.end([Number(m.header(Subjects.Header.code) ?? 1005), m.header(Subjects.Header.reason) ?? ""])
-    } else if (op === "marker" && this.marker !== undefined && this.marker[0] === m.header(Subjects.Header.handoff)) {
+      this.end(closedOf(m))
+    } else if (op === "marker" && this.marker !== undefined && this.marker[0] === markerOf(m)) {
       // Every frame the edge sent before it is handled: stop here; the rest goes to the adopter.
       this.mailbox.pause(this.marker[1])
     }

@@ -7,7 +7,7 @@
  * into its mailbox as the value it is, with no encoding; one to another replica is encoded with the
  * Schema and decoded on receipt, where a message that does not decode is logged and dropped.
  */
-import { Json } from "@switchboard/protocol"
+import { Envelope, Json } from "@switchboard/protocol"
 import * as Data from "effect/Data"
 import * as AST from "effect/SchemaAST"
 import * as Deferred from "effect/Deferred"
@@ -217,7 +217,7 @@ export class Protocol<M extends Message> implements Codec {
         encode: Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
         decode: Schema.decodeUnknownEither(member) as (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
       })
-      this.untraced.set(tag, { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: tag })
+      this.untraced.set(tag, Envelope.encodeEdgeIn({ _tag: "Peer", kind: tag }))
     }
   }
 
@@ -229,8 +229,7 @@ export class Protocol<M extends Message> implements Codec {
   }
 
   private headers(tag: string, traceparent: string | undefined): Headers {
-    if (traceparent === undefined) return this.untraced.get(tag) ?? { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: tag }
-    return { [Subjects.Header.op]: "peer", [Subjects.Header.kind]: tag, [Subjects.Header.traceparent]: traceparent }
+    return (traceparent === undefined ? this.untraced.get(tag) : undefined) ?? Envelope.encodeEdgeIn({ _tag: "Peer", kind: tag, traceparent })
   }
 
   /**

@@ -3,6 +3,7 @@
  * Services never write these strings inline. Subjects here are relative: the bus adapter puts them
  * under its namespace (default `sb`), so `router.open` travels as `sb.router.open`.
  */
+import { Envelope } from "@switchboard/protocol"
 import * as Brand from "effect/Brand"
 import type { BucketSpec } from "./Kv.ts"
 
@@ -20,52 +21,9 @@ export type ServiceName = "router" | "broker" | "registry" | "echo"
 /** Names from users (user ids, topics) may hold any character; subjects and keys get them encoded. */
 const tokenOf = (s: string) => Buffer.from(s, "utf8").toString("base64url")
 
-/** Header names of the envelope between edge and services (DESIGN.md, "Envelope"). */
-export const Header = {
-  conn: "sb-conn",
-  conns: "sb-conns",
-  edge: "sb-edge",
-  op: "sb-op",
-  user: "sb-user",
-  code: "sb-code",
-  reason: "sb-reason",
-  /** What a `peer` message between actors is: the tag of a typed one (`Attach`; see `Peer.ts`), or the registry's older kinds (`fromTab`). */
-  kind: "sb-kind",
-  /**
-   * Streamable HTTP: the edge's exchange a message belongs to (a pending POST, or an open GET
-   * stream), on a frame from the edge and on a delivery back to it.
-   */
-  http: "sb-http",
-  /** Streamable HTTP control from the edge, on a frame without a body: `stream` (a GET stream opened), `stream-closed`. */
-  httpOp: "sb-http-op",
-  /** On a delivery to an exchange: `1` when the exchange ends after this message (a request's final response). */
-  httpEnd: "sb-http-end",
-  /** On a delivery to a GET stream: the SSE event id. */
-  eventId: "sb-event-id",
-  /** On a `stream` control: the `Last-Event-ID` the client resumes from. */
-  lastEventId: "sb-last-event-id",
-  /** On a hand-off's `hold` to the edge and the marker the edge puts on the connection's subject: which hand-off. */
-  handoff: "sb-handoff",
-  /**
-   * On an answer to an exchange: its HTTP status when not 200. A modern request's refusal that only
-   * a replica can find (a header mismatch against the tool's schema) is a 400 (MCP 2026-07-28).
-   */
-  httpStatus: "sb-http-status",
-  /** On a modern `tools/call` from the edge: the request's `Mcp-Param-*` headers (`ParamHeaders.encodeReceived`). */
-  mcpParams: "sb-mcp-params",
-  /** On a `taskCancelled` broadcast: which task of the user. */
-  task: "sb-task",
-  traceparent: "traceparent",
-  tracestate: "tracestate"
-} as const
-
-/**
- * `open` and `closed` are lifecycle events from the edge, `frame` is a client frame, `deliver`
- * and `close` are instructions to the edge, and `peer` is a message from one actor to another.
- * A hand-off (a replica stopping) adds `hold` and `release` to the edge, and `marker`, which the
- * held edge puts on the connection's subject after the last frame the old owner must handle.
- */
-export type Op = "open" | "frame" | "closed" | "deliver" | "close" | "peer" | "hold" | "release" | "marker"
+/** Header names and operations of the envelope between edge and services (`@switchboard/protocol/Envelope`). */
+export const Header = Envelope.Header
+export type Op = Envelope.Op
 
 /** A connection's open event: a request to the service's queue group, answered once its actor listens. */
 export const open = (service: ServiceName): string => `${service}.open`

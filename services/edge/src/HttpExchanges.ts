@@ -18,8 +18,8 @@ import * as EdgeConfig from "./Config.ts"
 import { fail, failureBody } from "./HttpChecks.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 
-/** An exchange open on this edge; what its deliveries name it by (the bus's `sb-http` header). */
-export type ExchangeId = number
+/** An exchange open on this edge; what its deliveries name it by (the envelope's `http`, `sb-http` on the bus). */
+export type ExchangeId = string
 
 /** What an exchange's caller hears when its response is lost before its answer (or, for a stream, its end). */
 export interface Losses {
@@ -68,7 +68,7 @@ export interface Delivery {
   /** The trace the answer belongs to: its delivery gets a span. */
   readonly traceparent?: string | undefined
   /** The answer's HTTP status when not 200 (a refusal), as the service gave it; a stream's answer is in a 200 already. */
-  readonly status?: string | undefined
+  readonly status?: number | undefined
 }
 
 export interface HttpExchanges {
@@ -128,10 +128,7 @@ const sseEvent = (data: string, id: string | undefined) =>
   `${id === undefined ? "" : `id: ${id}\n`}data: ${data.includes("\n") ? data.split(/\r?\n/).join("\ndata: ") : data}\n\n`
 
 /** Only a client error may replace the 200: a service names a refusal, never a redirect or a success of its own. */
-const statusOf = (d: Delivery) => {
-  const status = d.status === undefined ? 200 : Number(d.status)
-  return Number.isInteger(status) && status >= 400 && status < 500 ? status : 200
-}
+const statusOf = ({ status }: Delivery) => (status !== undefined && status >= 400 && status < 500 ? status : 200)
 
 const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", connection: "keep-alive" } as const
 
@@ -265,7 +262,7 @@ export const make = (
     }
 
     const post = (exchange: PostExchange): ExchangeId => {
-      const n = ++next
+      const n = String(++next)
       const timer = setTimeout(() => timedOut(n), config.responseTimeout)
       const pending: Pending = { kind: "post", n, of: exchange, id: exchange.id, timer, sse: false, queued: 0, left: 0, movedAt: undefined }
       open.set(n, pending)
@@ -274,7 +271,7 @@ export const make = (
     }
 
     const stream = (exchange: StreamExchange): ExchangeId => {
-      const n = ++next
+      const n = String(++next)
       const s: Stream = {
         kind: "stream",
         n,

@@ -6,7 +6,7 @@
  */
 import type { AuthClient } from "@switchboard/auth"
 import { Bus, Kv, Peer, Subjects } from "@switchboard/bus"
-import { Edge as EdgeProtocol } from "@switchboard/protocol"
+import { Edge as EdgeProtocol, type Envelope } from "@switchboard/protocol"
 import type { Telemetry } from "@switchboard/telemetry"
 import * as Cause from "effect/Cause"
 import type * as ConfigError from "effect/ConfigError"
@@ -52,7 +52,7 @@ export interface HttpRoutes {
   /** The HTTP server's `request` listener. */
   readonly onRequest: (req: Http.IncomingMessage, res: Http.ServerResponse) => void
   /** Delivers to one of this edge's Streamable HTTP exchanges; undefined when no route serves `/hub`. */
-  readonly deliver: ((m: Bus.BusMessage) => void) | undefined
+  readonly deliver: ((delivery: Envelope.Exchange, data: Uint8Array) => void) | undefined
   /** Ends the Streamable HTTP GET streams open here (see `StreamableHttpShape.endStreams`). */
   readonly endStreams: () => number
 }

@@ -8,7 +8,7 @@
  * for a stream that breaks: its client listens again.
  */
 import { type Bus, Subjects } from "@switchboard/bus"
-import { type Auth, JsonRpc, Modern, ParamHeaders } from "@switchboard/protocol"
+import { type Auth, Envelope, JsonRpc, Modern, ParamHeaders } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind, type Tracer } from "@opentelemetry/api"
 import * as Effect from "effect/Effect"
@@ -91,11 +91,7 @@ export const make = (options: ModernHttpOptions): ModernHttp => {
     const user = claims.sub
     const traced = receiveSpan(req, message, request.method)
     const tellCancelled = (n: HttpExchanges.ExchangeId) =>
-      publish(Subjects.statelessCancelled("registry"), "", {
-        [Subjects.Header.user]: user,
-        [Subjects.Header.edge]: edgeId,
-        [Subjects.Header.http]: String(n)
-      })
+      publish(Subjects.statelessCancelled("registry"), "", Envelope.encodeStateless({ user, edge: edgeId, http: n }))
     const n = exchanges.post({
       res,
       key: `${user} ${String(request.id)}`,
@@ -110,13 +106,7 @@ export const make = (options: ModernHttpOptions): ModernHttp => {
     })
     // Only the replica knows which arguments the tool mirrors into Mcp-Param-* headers: it checks them.
     const params = request.method === "tools/call" ? ParamHeaders.encodeReceived(req.headers) : undefined
-    publish(Subjects.stateless("registry"), body, {
-      [Subjects.Header.user]: user,
-      [Subjects.Header.edge]: edgeId,
-      [Subjects.Header.http]: String(n),
-      ...(traced === undefined ? {} : { [Subjects.Header.traceparent]: traced.traceparent }),
-      ...(params === undefined ? {} : { [Subjects.Header.mcpParams]: params })
-    })
+    publish(Subjects.stateless("registry"), body, Envelope.encodeStateless({ user, edge: edgeId, http: n, params, traceparent: traced?.traceparent }))
     traced?.span.end()
   }
 

@@ -4,9 +4,8 @@
  * consumers and the close. Plain callbacks on purpose: this runs once per frame, and an Effect per
  * frame would cost more than the relay itself.
  */
-import type { Auth } from "@switchboard/protocol"
 import { Actors, Bus, RateBudget, Subjects } from "@switchboard/bus"
-import { Edge as EdgeProtocol } from "@switchboard/protocol"
+import { type Auth, Edge as EdgeProtocol, Envelope } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import * as Duration from "effect/Duration"
@@ -16,11 +15,17 @@ import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import type * as Http from "node:http"
 import type { Duplex } from "node:stream"
-import { WebSocket } from "ws"
+import type { WebSocket } from "ws"
 import type { Boundary } from "./Boundary.ts"
+import { closeSocket as closeWith, type EdgeSocket as Socket, MAX_PENDING_FRAMES, socketLog } from "./EdgeSocket.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
+import type { ToSockets } from "./Outbound.ts"
 import type { Route } from "./Routes.ts"
+import * as SocketHolds from "./SocketHolds.ts"
+import * as SocketWrites from "./SocketWrites.ts"
 import type { Turn } from "./Turn.ts"
+
+export { fitCloseReason, MAX_PENDING_FRAMES } from "./EdgeSocket.ts"
 
 const CloseCode = EdgeProtocol.CloseCode
 
@@ -55,11 +60,8 @@ export interface Sockets {
     route: Route,
     claims: Auth.Claims | undefined
   ) => void
-  /**
-   * Takes a message from this edge's outbound subject (see `Outbound.ts`): a delivery, a close, a
-   * hold or a release. False for a delivery to one connection that has no socket here.
-   */
-  readonly outbound: (m: Bus.BusMessage) => boolean
+  /** Takes a message from this edge's outbound subject (see `Outbound.ts`): a delivery, a close, a hold or a release. */
+  readonly outbound: (out: ToSockets, data: Uint8Array) => void
   /** Sockets open now (the heartbeat's count). */
   readonly size: () => number
   /**
@@ -69,69 +71,6 @@ export interface Sockets {
   readonly closeAll: (doing: string, code: number, reason: string) => Effect.Effect<void>
 }
 
-interface Socket {
-  readonly id: Subjects.ConnId
-  readonly ws: WebSocket
-  /** The peer's address, for logs. */
-  readonly remote: string
-  /** The TCP socket under `ws`, corked while a burst of deliveries is written. */
-  readonly raw: Duplex
-  corked: boolean
-  readonly path: string
-  readonly route: Route
-  readonly subject: string
-  readonly frameHeaders: Bus.Headers
-  /** `frameHeaders` marked rate-limited, made the first time the socket goes over its rate. */
-  limitedHeaders: Bus.Headers | undefined
-  readonly budget: RateBudget
-  state: "opening" | "open" | "closed"
-  /** Frames that arrived before the service took the connection, or while it is held. */
-  pending: Array<readonly [Buffer, boolean]>
-  /**
-   * The hand-off (its token) that holds this connection's frames: its actor moves to another
-   * replica, and frames wait here until it listens (see `@switchboard/bus/Handoff`).
-   */
-  held: string | undefined
-  holdTimer: ReturnType<typeof setTimeout> | undefined
-  closedWith: readonly [number, string] | undefined
-  alive: boolean
-  /**
-   * The code and reason the edge (or ws, for a frame it refused) closed with, when it closed
-   * first: what the metrics count and the service is told, since the peer's own close may never
-   * come (a peer that stops reading is terminated, and shows up as 1006).
-   */
-  sentClose: readonly [number, string] | undefined
-  /** Terminates a peer that does not answer the edge's close; cleared once the socket is closed. */
-  closeTimer: ReturnType<typeof setTimeout> | undefined
-  /** For the access log's close line. */
-  readonly openedAt: number
-  readonly user: string | undefined
-  framesIn: number
-  framesOut: number
-}
-
-export const MAX_PENDING_FRAMES = 1024
-/**
- * A hand-off takes a round trip or two between replicas; one whose replica died midway is never
- * released, so the edge lets go of the frames itself after this long (longer than any service's
- * shutdown grace), to whoever owns the connection by then.
- */
-const HOLD_LIMIT_MS = 30_000
-
-/**
- * A close frame holds at most 123 bytes of reason, and ws throws on more. Services word reasons
- * freely (an auth error's text, a parse error's message), so a long one is cut here, on whole
- * characters, to 120 bytes and an ellipsis.
- */
-export const fitCloseReason = (reason: string) => {
-  if (Buffer.byteLength(reason) <= 123) return reason
-  let cut = reason.slice(0, 120)
-  while (Buffer.byteLength(cut) > 120) cut = cut.slice(0, -1)
-  return `${cut}...`
-}
-
-const socketLog = (s: Socket) => ({ conn: s.id, path: s.path, remote: s.remote })
-
 /** The socket I/O, pinging its sockets until the scope closes; `Outbound.ts` hands it what services send them. */
 export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusError, Bus.Bus | Telemetry.Tracing | Scope.Scope> =>
   Effect.gen(function*() {
@@ -139,115 +78,53 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     const { tracer } = yield* Telemetry.Tracing
     const { edgeId, metrics, turn, limitOf } = options
     const { runFork, logCaught } = options.boundary
-    const hwm = options.outboundHighWaterMark
     const grace = Duration.toMillis(options.closeGrace)
     const sockets = new Map<Subjects.ConnId, Socket>()
 
-    // --- outbound: what services send to this edge's sockets -------------------------------
+    const closeSocket = (s: Socket, code: number, reason: string) => closeWith(s, code, reason, grace)
+    const send = SocketWrites.make({ turn, metrics, outboundHighWaterMark: options.outboundHighWaterMark, close: closeSocket })
 
-    // Deliveries arrive in bursts: one read from the bus holds many, and one turn of the event
-    // loop reads many sockets. A socket is corked from its first delivery until the turn ends, so
-    // that a burst leaves in one write. A turn that has read at most one frame is no burst (a lone
-    // request, or a read from the bus): its writes leave once the deliveries it made are done, at
-    // the next microtask checkpoint, instead of after the rest of the turn: at 1×1, 2 µs from
-    // delivery to write where the end of the turn took 3.8 (instrumented all-in-one, `/hub` calls).
-    const corked: Array<Socket> = []
-    const uncorkAll = () => {
-      for (const s of corked) {
-        s.corked = false
-        s.raw.uncork()
-      }
-      corked.length = 0
-    }
-
-    const send = (s: Socket, data: Uint8Array) => {
-      if (s.state === "closed" || s.ws.readyState !== WebSocket.OPEN) return
-      if (s.ws.bufferedAmount + data.byteLength > hwm) {
-        closeSocket(s, CloseCode.TryAgainLater, "slow consumer: outbound buffer full")
-        return
-      }
-      metrics.framesOut++
-      s.framesOut++
-      metrics.bytesOut += data.byteLength
-      if (!s.corked) {
-        s.corked = true
-        s.raw.cork()
-        if (corked.push(s) === 1) {
-          if (turn.frames <= 1) queueMicrotask(uncorkAll)
-          else setImmediate(uncorkAll)
-        }
-      }
-      s.ws.send(data, { binary: false })
-    }
-
-    const outbound = (m: Bus.BusMessage): boolean => {
-      const op = m.header(Subjects.Header.op)
-      if (op === "deliver") {
-        const one = m.header(Subjects.Header.conn)
-        if (one !== undefined) {
-          const s = sockets.get(Subjects.ConnId(one))
-          if (s === undefined) return false
-          send(s, m.data)
-        } else {
-          for (const id of (m.header(Subjects.Header.conns) ?? "").split(",")) {
-            const s = sockets.get(Subjects.ConnId(id))
-            if (s) send(s, m.data)
-          }
-        }
-      } else if (op === "close") {
-        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
-        if (s) closeSocket(s, Number(m.header(Subjects.Header.code) ?? CloseCode.Normal), m.header(Subjects.Header.reason) ?? "")
-      } else if (op === "hold") {
-        const s = sockets.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
-        const token = m.header(Subjects.Header.handoff)
-        if (s !== undefined && token !== undefined) hold(s, token)
-      } else if (op === "release") {
-        const s = held.get(Subjects.ConnId(m.header(Subjects.Header.conn) ?? ""))
-        if (s !== undefined && s.held === m.header(Subjects.Header.handoff)) release(s)
-      }
-      return true
-    }
-
-    // --- hand-off: a connection's actor moves to another replica ------------------------------
-
-    /** Held sockets, closed ones included: a socket that closes while held still gets released. */
-    const held = new Map<Subjects.ConnId, Socket>()
-
-    /**
-     * Holds the connection's frames, and marks the end of what its current actor must handle: the
-     * edge is the only publisher of a socket's frames, so everything sent before the marker
-     * reaches that actor before it, in a NATS cluster too.
-     */
-    const hold = (s: Socket, token: string) => {
-      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
-      s.held = token
-      held.set(s.id, s)
-      s.holdTimer = setTimeout(() => release(s), HOLD_LIMIT_MS)
-      s.holdTimer.unref()
-      try {
-        bus.unsafePublish(s.subject, "", { [Subjects.Header.op]: "marker", [Subjects.Header.conn]: s.id, [Subjects.Header.handoff]: token })
-      } catch {
-        // The bus is gone: there is no hand-off to finish.
-      }
-    }
-
-    /** The new actor listens: the held frames go to it, in order, then a close that happened meanwhile. */
-    const release = (s: Socket) => {
-      if (s.holdTimer !== undefined) clearTimeout(s.holdTimer)
-      s.holdTimer = undefined
-      s.held = undefined
-      held.delete(s.id)
-      if (s.state === "opening") return
+    /** The frames that waited (for the session to start, or for a hand-off) go on, in order. */
+    const flush = (s: Socket) => {
       const pending = s.pending
       s.pending = []
       for (const [data, limited] of pending) forward(s, data, limited)
-      if (s.state === "closed" && s.closedWith !== undefined) tellClosed(s, s.closedWith[0], s.closedWith[1])
+    }
+    const holds = SocketHolds.make({ bus, flush, tellClosed: (s, code, reason) => tellClosed(s, code, reason) })
+
+    /** What services send to this edge's sockets; a delivery to a socket that is gone is dropped. */
+    const outbound = (out: ToSockets, data: Uint8Array) => {
+      switch (out._tag) {
+        case "Deliver": {
+          const s = sockets.get(Subjects.ConnId(out.conn))
+          if (s !== undefined) send(s, data)
+          return
+        }
+        case "Fanout":
+          for (const id of out.conns) {
+            const s = sockets.get(Subjects.ConnId(id))
+            if (s !== undefined) send(s, data)
+          }
+          return
+        case "Close": {
+          const s = sockets.get(Subjects.ConnId(out.conn))
+          if (s !== undefined) closeSocket(s, out.code, out.reason)
+          return
+        }
+        case "Hold": {
+          const s = sockets.get(Subjects.ConnId(out.conn))
+          if (s !== undefined) holds.hold(s, out.handoff)
+          return
+        }
+        case "Release":
+          return holds.release(Subjects.ConnId(out.conn), out.handoff)
+      }
     }
 
     // --- inbound: frames from sockets to their actor ---------------------------------------
 
     const forward = (s: Socket, data: Buffer, limited: boolean) => {
-      let headers = limited ? (s.limitedHeaders ??= { ...s.frameHeaders, [Subjects.Header.reason]: "rate-limited" }) : s.frameHeaders
+      let headers = limited ? (s.limitedHeaders ??= Envelope.encodeEdgeIn({ ...s.frame, limited })) : s.frameHeaders
       let span: Span | undefined
       if (Option.isSome(tracer) && s.route.traceInbound) {
         const started = Telemetry.startSpan(tracer.value, "edge.receive", undefined, {
@@ -255,7 +132,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
           attributes: { "sb.conn": s.id, "sb.edge": edgeId, "sb.path": s.path }
         })
         span = started.span
-        headers = { ...headers, traceparent: started.traceparent }
+        headers = Envelope.encodeEdgeIn({ ...s.frame, limited, traceparent: started.traceparent })
       }
       const t0 = performance.now()
       try {
@@ -291,31 +168,10 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
 
     const tellClosed = (s: Socket, code: number, reason: string) => {
       try {
-        bus.unsafePublish(s.subject, "", {
-          [Subjects.Header.op]: "closed",
-          [Subjects.Header.conn]: s.id,
-          [Subjects.Header.edge]: edgeId,
-          [Subjects.Header.code]: String(code),
-          [Subjects.Header.reason]: reason
-        })
+        bus.unsafePublish(s.subject, "", Envelope.encodeEdgeIn({ _tag: "Closed", conn: s.id, edge: edgeId, code, reason }))
       } catch {
         // The bus is gone; the service finds out through this edge's expired heartbeat.
       }
-    }
-
-    const closeSocket = (s: Socket, code: number, reason: string) => {
-      if (s.ws.readyState === WebSocket.CLOSING || s.ws.readyState === WebSocket.CLOSED) return
-      try {
-        s.ws.close(code, fitCloseReason(reason))
-        s.sentClose = [code, reason]
-      } catch {
-        // A code no close frame may carry (a service's bug: 1005, 999): the socket still closes.
-        s.ws.close(CloseCode.InternalError, `invalid close code ${code}`)
-        s.sentClose = [CloseCode.InternalError, `invalid close code ${code}`]
-      }
-      // A peer that does not read will never see the close frame; don't wait on it for long.
-      s.closeTimer = setTimeout(() => s.ws.terminate(), grace)
-      s.closeTimer.unref()
     }
 
     const onClose = (s: Socket, code: number, reason: string) => {
@@ -383,10 +239,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
             if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
             s.state = "open"
             // Held before the answer reached us: the frames wait for the hand-off's release.
-            if (s.held !== undefined) return
-            const pending = s.pending
-            s.pending = []
-            for (const [data, limited] of pending) forward(s, data, limited)
+            if (s.held === undefined) flush(s)
           }
         })
       )
@@ -394,12 +247,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
 
     const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
       const id = Subjects.ConnId(randomUUID())
-      const base = {
-        [Subjects.Header.op]: "frame",
-        [Subjects.Header.conn]: id,
-        [Subjects.Header.edge]: edgeId,
-        ...(claims === undefined ? {} : { [Subjects.Header.user]: claims.sub })
-      }
+      const frame: Envelope.Frame = { _tag: "Frame", conn: id, edge: edgeId, limited: false, ...(claims === undefined ? {} : { user: claims.sub }) }
       const s: Socket = {
         id,
         ws,
@@ -409,7 +257,8 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         path: url.pathname,
         route,
         subject: Subjects.conn(route.service, id),
-        frameHeaders: base,
+        frame,
+        frameHeaders: Envelope.encodeEdgeIn(frame),
         limitedHeaders: undefined,
         budget: new RateBudget(options.rate, options.burst),
         state: "opening",

@@ -9,7 +9,7 @@
 import { AuthClient } from "@switchboard/auth"
 import * as AuthConfig from "@switchboard/auth/Config"
 import { Actors, Bus, Kv, Subjects } from "@switchboard/bus"
-import { type Auth, Edge as EdgeProtocol, JsonRpc } from "@switchboard/protocol"
+import { type Auth, Edge as EdgeProtocol, Envelope, JsonRpc } from "@switchboard/protocol"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -35,8 +35,8 @@ export interface StreamableHttpShape {
   /** Whether a plain HTTP request at this path is answered here. */
   readonly serves: (path: string) => boolean
   readonly handle: (req: Http.IncomingMessage, res: Http.ServerResponse, url: URL) => void
-  /** A delivery to one of this edge's exchanges (it carries `sb-http`). */
-  readonly deliver: (m: Bus.BusMessage) => void
+  /** A delivery to one of this edge's exchanges. */
+  readonly deliver: (delivery: Envelope.Exchange, data: Uint8Array) => void
   /** Ends every open GET stream, so that its client resumes from its `Last-Event-ID`; the number ended. */
   readonly endStreams: () => number
 }
@@ -122,13 +122,9 @@ export const make = (
       )
     }
 
-    const frameHeaders = (session: Subjects.ConnId, user: string, extra: Readonly<Record<string, string>>): Bus.Headers => ({
-      [Subjects.Header.op]: "frame",
-      [Subjects.Header.conn]: session,
-      [Subjects.Header.edge]: edgeId,
-      [Subjects.Header.user]: user,
-      ...extra
-    })
+    /** A session's frame, or its exchange's control (`httpOp`), as the envelope carries it. */
+    const frameHeaders = (session: Subjects.ConnId, user: string, extra: Partial<Envelope.Frame>): Envelope.Headers =>
+      Envelope.encodeEdgeIn({ ...extra, _tag: "Frame", conn: session, edge: edgeId, user, limited: false })
 
     /**
      * The edge's span for a message it hands to a session, as a socket's frame gets one; a host
@@ -154,7 +150,7 @@ export const make = (
       publish(Subjects.conn(options.service, session), cancel, frameHeaders(session, user, {}))
     }
     const streamClosed = (session: Subjects.ConnId, user: string) => (exchange: HttpExchanges.ExchangeId) =>
-      publish(Subjects.conn(options.service, session), "", frameHeaders(session, user, { [Subjects.Header.http]: String(exchange), [Subjects.Header.httpOp]: "stream-closed" }))
+      publish(Subjects.conn(options.service, session), "", frameHeaders(session, user, { http: exchange, httpOp: "stream-closed" }))
 
     const publish = (subject: string, data: string, headers: Bus.Headers) => {
       try {
@@ -168,7 +164,7 @@ export const make = (
     const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
       options.countFrame()
       const traced = receiveSpan(res, session)
-      const trace = traced === undefined ? {} : { traceparent: traced.traceparent }
+      const trace = { traceparent: traced?.traceparent }
       if (id === undefined) {
         bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, trace))
         traced?.span.end()
@@ -187,7 +183,7 @@ export const make = (
         about: { session, request: String(id) },
         onCut: cancelled(session, user, id)
       })
-      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { ...trace, [Subjects.Header.http]: String(n) }))
+      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { ...trace, http: n }))
       traced?.span.end()
     }
 
@@ -281,12 +277,8 @@ export const make = (
           onCut: streamClosed(session, claims.sub),
           onClosed: streamClosed(session, claims.sub)
         })
-        const extra = typeof lastEventId === "string" ? { [Subjects.Header.lastEventId]: lastEventId } : {}
-        bus.unsafePublish(
-          Subjects.conn(options.service, session),
-          "",
-          frameHeaders(session, claims.sub, { [Subjects.Header.http]: String(n), [Subjects.Header.httpOp]: "stream", ...extra })
-        )
+        const resumeFrom = typeof lastEventId === "string" ? lastEventId : undefined
+        bus.unsafePublish(Subjects.conn(options.service, session), "", frameHeaders(session, claims.sub, { http: n, httpOp: "stream", lastEventId: resumeFrom }))
       }, () => fail(res, 503, JsonRpc.ErrorCode.ServerError, "session store unavailable"))
     }
 
@@ -296,13 +288,11 @@ export const make = (
       sessionOf(header, claims.sub, (session) => {
         if (session === undefined) return fail(res, 404, JsonRpc.ErrorCode.ServerError, "Session not found")
         // As a socket's close: the actor ends, and Actors.host removes its record.
-        bus.unsafePublish(Subjects.conn(options.service, session), "", {
-          [Subjects.Header.op]: "closed",
-          [Subjects.Header.conn]: session,
-          [Subjects.Header.edge]: edgeId,
-          [Subjects.Header.code]: String(EdgeProtocol.CloseCode.Normal),
-          [Subjects.Header.reason]: "session deleted by the client"
-        })
+        bus.unsafePublish(
+          Subjects.conn(options.service, session),
+          "",
+          Envelope.encodeEdgeIn({ _tag: "Closed", conn: session, edge: edgeId, code: EdgeProtocol.CloseCode.Normal, reason: "session deleted by the client" })
+        )
         known.delete(session)
         gone.set(session, Date.now() + 10 * 60_000)
         res.writeHead(204).end()
@@ -349,15 +339,9 @@ export const make = (
       )
     }
 
-    /** A delivery names its exchange in `sb-http`; what else it says is the exchange's. */
-    const deliver = (m: Bus.BusMessage) =>
-      exchanges.deliver(Number(m.header(Subjects.Header.http)), {
-        data: m.data,
-        end: m.header(Subjects.Header.httpEnd) === "1",
-        eventId: m.header(Subjects.Header.eventId),
-        traceparent: m.header(Subjects.Header.traceparent),
-        status: m.header(Subjects.Header.httpStatus)
-      })
+    /** A delivery names its exchange; what else it says is the exchange's. */
+    const deliver = (delivery: Envelope.Exchange, data: Uint8Array) =>
+      exchanges.deliver(delivery.http, { data, end: delivery.end, eventId: delivery.eventId, status: delivery.status, traceparent: delivery.traceparent })
 
     return {
       serves: (path) => path === options.path || path === metadata.path,

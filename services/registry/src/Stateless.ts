@@ -9,7 +9,7 @@
  * (`Tasks.ts`): a client that declares the tasks extension gets one for its `tools/call`.
  */
 import { type Actors, Bus, Subjects } from "@switchboard/bus"
-import { JsonRpc, Modern, ParamHeaders, Registry } from "@switchboard/protocol"
+import { Envelope, JsonRpc, Modern, ParamHeaders, Registry } from "@switchboard/protocol"
 import { failure } from "@switchboard/protocol/JsonRpc"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -190,16 +190,13 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
     }
 
     const onRequest = (m: Bus.BusMessage) => {
-      const user = m.header(Subjects.Header.user)
-      const edge = m.header(Subjects.Header.edge)
-      const exchange = m.header(Subjects.Header.http)
-      // Only the edge sends here, and it always names all three.
-      if (user === undefined || edge === undefined || exchange === undefined) return
+      // Only the edge sends here, and it always names who asks and where the answer goes.
+      const envelope = Envelope.decodeStateless(m)
+      if (Either.isLeft(envelope)) return
+      const { user, edge, http: exchange, params: mcpParams, traceparent } = envelope.right
       const decoded = JsonRpc.decodeFrame(Bus.text(m))
       if (Either.isLeft(decoded) || decoded.right._tag !== "Request") return
       const request = decoded.right.message
-      const traceparent = m.header(Subjects.Header.traceparent)
-      const mcpParams = m.header(Subjects.Header.mcpParams)
       withEndpoint(user, (slot, endpoint) => {
         if (endpoint === undefined) {
           const out = link.exchange(Subjects.EdgeId(edge), Subjects.ConnId(NO_ENDPOINT), exchange)
@@ -320,9 +317,11 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
     }
 
     const onCancelled = (m: Bus.BusMessage) => {
-      const user = m.header(Subjects.Header.user)
-      const key = `${m.header(Subjects.Header.edge)}/${m.header(Subjects.Header.http)}`
-      const endpoint = user === undefined ? undefined : slots.get(user)?.endpoint
+      const envelope = Envelope.decodeStateless(m)
+      if (Either.isLeft(envelope)) return
+      const { user, edge, http } = envelope.right
+      const key = `${edge}/${http}`
+      const endpoint = slots.get(user)?.endpoint
       if (endpoint?.calls?.cancel(key, "the client closed the request's stream") === true) return
       if (early.size >= 10_000) early.clear()
       early.set(key, Date.now())

@@ -7,7 +7,7 @@
  */
 import { type Actors, Bus, InternalClient, Subjects, TimedMap } from "@switchboard/bus"
 import { JsonRpc, Registry } from "@switchboard/protocol"
-import { failure, notification, request, result } from "@switchboard/protocol/JsonRpc"
+import { failure, notification, request } from "@switchboard/protocol/JsonRpc"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
