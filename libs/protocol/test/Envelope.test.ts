@@ -50,6 +50,7 @@ const edgeOuts: ReadonlyArray<EdgeOut> = [
   { _tag: "Fanout", conns: ["c2"], traceparent },
   { _tag: "Exchange", conn, http: "3", end: false },
   { _tag: "Exchange", conn, http: "3", end: true, eventId: "9", traceparent },
+  { _tag: "Exchange", conn, http: "5", end: true, status: 400 },
   { _tag: "Close", conn, code: 1013, reason: "slow consumer: outbound buffer full" },
   { _tag: "Close", conn, code: 1000, reason: "" },
   { _tag: "Hold", conn, handoff: "h-2" },
@@ -71,7 +72,12 @@ describe("Envelope: every variant round-trips", () => {
     expect(outcome(decodeEdgeOutWithSchema(headers))).toStrictEqual({ ok: m })
   })
 
-  it.each([{ user: "alice", edge: "e1", http: "12" }, { user: "bob", edge: "e2", http: "1", traceparent }])("Stateless %j", (m) => {
+  it.each([{ user: "alice", edge: "e1", http: "12" }, { user: "bob", edge: "e2", http: "1", traceparent }, {
+    user: "carol",
+    edge: "e3",
+    http: "2",
+    params: "{\"region\":\"us-west1\"}"
+  }])("Stateless %j", (m) => {
     const headers = encodeStateless(m)
     expect(headers).toStrictEqual(encodeStatelessWithSchema(m))
     expect(outcome(decodeStateless(source(headers)))).toStrictEqual({ ok: m })
@@ -128,6 +134,8 @@ const inputs: ReadonlyArray<Headers> = [
   { [Header.op]: "deliver", [Header.conn]: conn, [Header.http]: "3", [Header.httpEnd]: "yes" },
   { [Header.op]: "deliver", [Header.conn]: conn, [Header.http]: "3", [Header.httpEnd]: "" },
   { [Header.op]: "deliver", [Header.conn]: conn, [Header.conns]: "a,b" },
+  { [Header.op]: "deliver", [Header.conn]: conn, [Header.http]: "3", [Header.httpEnd]: "1", [Header.httpStatus]: "4xx" },
+  { [Header.op]: "deliver", [Header.conn]: conn, [Header.http]: "3", [Header.httpEnd]: "1", [Header.httpStatus]: "" },
   { [Header.op]: "close", [Header.conn]: conn },
   { [Header.op]: "close", [Header.code]: "1000" },
   { [Header.op]: "close", [Header.conn]: conn, [Header.code]: "NaN" },
@@ -153,7 +161,8 @@ describe("Envelope: the fast path agrees with the Schemas", () => {
     { [Header.user]: "u", [Header.edge]: "e" },
     { [Header.user]: "u", [Header.http]: "1" },
     { [Header.user]: "", [Header.edge]: "e", [Header.http]: "1" },
-    { [Header.user]: "u", [Header.edge]: "e", [Header.http]: "1", [Header.traceparent]: "" }
+    { [Header.user]: "u", [Header.edge]: "e", [Header.http]: "1", [Header.traceparent]: "" },
+    { [Header.user]: "u", [Header.edge]: "e", [Header.http]: "1", [Header.mcpParams]: "" }
   ])("Stateless %j", (headers) => {
     expect(outcome(decodeStateless(source(headers)))).toStrictEqual(outcome(decodeStatelessWithSchema(received(headers))))
   })
