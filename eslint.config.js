@@ -4,7 +4,7 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/dist/**", "**/.turbo/**", "eslint.config.js", "clients/**/*.js", "test/fixtures/**"] },
+  { ignores: ["**/node_modules/**", "**/dist/**", "**/.turbo/**", "**/.tmp/**", "eslint.config.js", "clients/**/*.js", "test/fixtures/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -9,7 +9,6 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { describe, expect, it } from "@effect/vitest"
 import { InMemorySpanExporter, type ReadableSpan } from "@opentelemetry/sdk-trace-base"
 import { Edge } from "@switchboard/edge"
-import { Modern } from "@switchboard/protocol"
 import { Registry } from "@switchboard/registry"
 import { Telemetry } from "@switchboard/telemetry"
 import * as Context from "effect/Context"

@@ -16,7 +16,8 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
-import { orWarn, relayed, warnIfFails } from "./Replies.ts"
+import * as Attachment from "./Attachment.ts"
+import { relayed } from "./Replies.ts"
 import { askAttached, peers, type ProbeOutcome, type Replica } from "./Replica.ts"
 
 const { ErrorCode } = JsonRpc
@@ -36,16 +37,6 @@ interface Pending {
   readonly span: Tracer.AnySpan | undefined
 }
 
-/** The client's connection to an extension. */
-interface Session {
-  readonly connectionId: string
-  readonly extensionId: string
-  readonly extConn: Subjects.ConnId
-  /** The extension's socket, for forwarding. */
-  readonly extension: Actors.Socket
-  peerCount: number
-}
-
 /**
  * One MCP client's actor, once built. A class, so that every actor shares its handlers: as
  * closures over the actor's variables they were about twenty functions and their contexts per idle
@@ -53,7 +44,7 @@ interface Session {
  */
 class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState> {
   user: string | undefined
-  session: Session | undefined
+  session: Attachment.Session | undefined
   /** Closes a socket that does not authenticate in time; none for an adopted one that had. */
   deadline: ActorTimer.ActorTimer | undefined
   /** Requests forwarded and not answered yet; made with the session (a client not connected forwards nothing). */
@@ -145,54 +136,20 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState
   }
 
   private connect(request: JsonRpc.Request, owner: string) {
-    const { conn, replica: { extensions, link, proxies, remember } } = this
+    const { conn, replica } = this
     return Effect.gen(this, function*() {
       if (this.session !== undefined) return this.send(failure(request.id, ErrorCode.ServerError1, "MCP client already connected to an extension"))
       const params = decodeConnect(request.params ?? {})
       if (Either.isLeft(params)) return this.send(failure(request.id, ErrorCode.InvalidParams, "Invalid params: extension_id (string) is required"))
-      const notFound = () => this.send(failure(request.id, ErrorCode.ServerError, "Extension not found or not accessible"))
-      const extensionId = params.right.extension_id
-      const record = yield* extensions.get(Subjects.Key.userExtension(owner, extensionId)).pipe(
-        orWarn(`could not read extension ${extensionId} of ${owner} to connect to it`, Option.none())
-      )
-      if (Option.isNone(record)) return notFound()
-      const ext = record.value.value
-      const connectionId = `conn-${randomUUID()}`
-      const answer = yield* peers
-        .ask(conn, Subjects.ConnId(ext.conn), new Proxy.Attach({ connectionId, user: owner, clientConn: conn.id }), { timeout: "5 seconds" })
-        .pipe(Effect.either)
-      // Nobody listens: a record a crash left behind, which is as good as not found. A refusal
-      // is not found either. Anything else means a live extension's actor could not be
-      // reached, which is worth knowing.
-      if (Either.isLeft(answer)) {
-        const why = answer.left
-        if (why._tag !== "AttachRefused" && !(why._tag === "PeerUnavailable" && why.reason === "NoResponders")) {
-          yield* Effect.logWarning(`router: extension ${extensionId} of ${owner} did not answer attach`, why)
-        }
-        return notFound()
-      }
-      const attached = answer.right
+      const attached = yield* Attachment.attach(replica, conn, owner, params.right.extension_id)
+      if (Option.isNone(attached)) return this.send(failure(request.id, ErrorCode.ServerError, "Extension not found or not accessible"))
+      const { name, session } = attached.value
       yield* this.pendingRequests()
-      this.session = {
-        connectionId,
-        extensionId,
-        extConn: Subjects.ConnId(ext.conn),
-        extension: link.to(Subjects.EdgeId(ext.edge), Subjects.ConnId(ext.conn)),
-        peerCount: attached.peerCount
-      }
+      this.session = session
       yield* this.track()
-      yield* proxies
-        .put(Subjects.Key.proxyConnection(connectionId), {
-          connectionId,
-          user: owner,
-          extensionId,
-          extensionConn: ext.conn,
-          extensionEdge: ext.edge,
-          clientConn: conn.id
-        })
-        .pipe(warnIfFails(`could not record ${connectionId}; a replica that adopts either socket will not know it`))
-      yield* remember(conn, { role: "client", user: owner, connectionId })
-      this.send(result(request.id, { connection_id: connectionId, extension_id: extensionId, extension_name: attached.name } satisfies Proxy.ConnectResult))
+      yield* Attachment.record(replica, conn, owner, attached.value)
+      yield* replica.remember(conn, { role: "client", user: owner, connectionId: session.connectionId })
+      this.send(result(request.id, { connection_id: session.connectionId, extension_id: session.extensionId, extension_name: name } satisfies Proxy.ConnectResult))
     })
   }
 
@@ -208,10 +165,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState
   }
 
   private detach(connectionId: string, extConn: Subjects.ConnId) {
-    return Effect.suspend(() => {
-      peers.tell(this.conn, extConn, new Proxy.Detach({ connectionId }))
-      return this.replica.proxies.delete(Subjects.Key.proxyConnection(connectionId)).pipe(warnIfFails(`could not remove the record of ${connectionId}`))
-    })
+    return Attachment.detach(this.replica, this.conn, connectionId, extConn)
   }
 
   /** Maps the id and sends the request to the extension; synchronous, once per forwarded request. */
@@ -390,7 +344,7 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState
 }
 
 export const make = (replica: Replica) => {
-  const { clientSeats, config, link, proxies, recall, seat } = replica
+  const { clientSeats, config, recall, seat } = replica
   return (conn: Actors.Connection, restored: boolean, handedOver: Proxy.HandoffState | undefined) =>
     Effect.gen(function*() {
       const scope = yield* Effect.scope
@@ -403,21 +357,7 @@ export const make = (replica: Replica) => {
         actor.user = user
         yield* seat(clientSeats, user, scope, true)
         const connectionId = saved.value.connectionId
-        if (connectionId !== undefined) {
-          const p = yield* proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
-            orWarn(`could not read ${connectionId} of an adopted client; it carries on unconnected`, Option.none())
-          )
-          if (Option.isSome(p)) {
-            const v = p.value.value
-            actor.session = {
-              connectionId,
-              extensionId: v.extensionId,
-              extConn: Subjects.ConnId(v.extensionConn),
-              extension: link.to(Subjects.EdgeId(v.extensionEdge), Subjects.ConnId(v.extensionConn)),
-              peerCount: 1
-            }
-          }
-        }
+        if (connectionId !== undefined) actor.session = Option.getOrUndefined(yield* Attachment.restore(replica, connectionId))
       }
       // An anonymous socket would hold its place forever: as on /extension, authenticating has a
       // deadline. Failed attempts don't extend it; an adopted socket that had authenticated has none.
