@@ -8,7 +8,7 @@ import * as Effect from "effect/Effect"
 import { spawn } from "node:child_process"
 import * as Net from "node:net"
 import { fileURLToPath } from "node:url"
-import { bundleOf, type BundledService as Service, NatsServer } from "@switchboard/testing"
+import { bundleArgs, type BundledService as Service, NatsServer } from "@switchboard/testing"
 import { namespace } from "./support/Stack.ts"
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url))
@@ -23,7 +23,7 @@ interface Run {
  * How a service is started: bundled, as the image ships it and the other process tests run it, or
  * literally as `npm start` does (`tsx`), which one test keeps so that the README's command is run.
  */
-const bundled = (service: Service) => [process.execPath, "--enable-source-maps", bundleOf(service)] as const
+const bundled = (service: Service) => [process.execPath, ...bundleArgs(service)] as const
 const npmStart = [fileURLToPath(new URL("../../node_modules/.bin/tsx", import.meta.url)), "services/all-in-one/src/main.ts"] as const
 
 /** Runs a service until it exits, or until a stdout line matches `until` (then stops it). */

@@ -27,6 +27,9 @@ export const bundleOf = (service: Service): string => {
   return `services/${service}/${dir}/main.js`;
 };
 
+/** Node's arguments that start this run's bundle of `service`, with its source maps (as the image runs it). */
+export const bundleArgs = (service: Service): ReadonlyArray<string> => ["--enable-source-maps", bundleOf(service)];
+
 /** Bundles every service's `src/main.ts` (a few seconds on a quiet machine); returns what it did. */
 export const bundleServices = async (): Promise<string> => {
   const started = Date.now();

@@ -14,7 +14,7 @@ import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import { bundleOf, type BundledService } from "@switchboard/testing"
+import { bundleArgs, type BundledService } from "@switchboard/testing"
 import * as Client from "./Client.ts"
 import { namespace as freshNamespace, SECRET, token } from "./Stack.ts"
 
@@ -100,7 +100,7 @@ const baseEnv = (): Record<string, string> =>
   )
 
 /**
- * Starts `services/<service>/src/main.ts`, bundled as the image ships it (`bundleOf`). With `ready`, returns once a line of its stdout matches,
+ * Starts `services/<service>/src/main.ts`, bundled as the image ships it (`bundleArgs`). With `ready`, returns once a line of its stdout matches,
  * with that match; fails with the process's output if it exits first or takes too long.
  */
 const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
@@ -115,7 +115,7 @@ const start = (service: Service, options: ProcessOptions, ready?: RegExp) =>
     const child = yield* Effect.acquireRelease(
       Effect.sync(() => {
         killOrphansOnExit()
-        const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--enable-source-maps", bundleOf(service)], {
+        const child = spawn(process.execPath, [...(options.nodeArgs ?? []), ...bundleArgs(service)], {
           cwd: repoRoot,
           env: {
             ...baseEnv(),
