@@ -83,17 +83,30 @@ const drained = (edge: Edge.EdgeServerShape) =>
   )
 
 /** What `load` leaves on the heap: the heap after it, less the heap before it, both after full collections. */
-const retained = (label: string, load: Effect.Effect<void>) =>
+const keptBy = (label: string, load: Effect.Effect<void>) =>
   Effect.gen(function*() {
     const before = yield* liveHeap
     const started = Date.now()
     yield* load
     const after = yield* liveHeap
-    const kept = after - before
     if (process.env["SB_TEST_LOG"] === "debug") {
-      console.log(`${label}: heap ${(before / MiB).toFixed(2)} -> ${(after / MiB).toFixed(2)} MiB (${(kept / 1024).toFixed(0)} KiB kept, ${Date.now() - started} ms)`)
+      console.log(`${label}: heap ${(before / MiB).toFixed(2)} -> ${(after / MiB).toFixed(2)} MiB (${((after - before) / 1024).toFixed(0)} KiB kept, ${Date.now() - started} ms)`)
     }
-    expect(kept, `${label} kept ${(kept / 1024).toFixed(0)} KiB`).toBeLessThan(TOLERANCE)
+    return after - before
+  })
+
+/**
+ * Fails when `load` keeps more than the tolerance, twice running. Growth that stops is no leak:
+ * tables that grow to their working size, code the first sockets of a path compile. A run still
+ * does that now and then (measured: 1,042 KiB kept by a first run of 3,600 socket cycles, 288 KiB
+ * and -24 KiB by the next two), so a run over the tolerance runs again, and the second is what
+ * counts. A leak keeps as much in each.
+ */
+const retained = (label: string, load: Effect.Effect<void>) =>
+  Effect.gen(function*() {
+    const first = yield* keptBy(label, load)
+    const kept = first < TOLERANCE ? first : yield* keptBy(`${label}, again`, load)
+    expect(kept, `${label} kept ${(first / 1024).toFixed(0)} KiB, then ${(kept / 1024).toFixed(0)} KiB`).toBeLessThan(TOLERANCE)
   })
 
 /** Anonymous HTTP: forwarded to the broker (and refused there), answered at the edge, and unknown. */

@@ -166,11 +166,16 @@ describe("router hand-off with an actor whose socket is gone", () => {
       yield* first.stop
       const stopMillis = performance.now() - startedAt
       console.log(`stop with a ghost actor: ${stopMillis.toFixed(0)} ms`)
-      // Within the marker's timeout (3 s) and some, not the whole grace (10 s).
+      // The ghost's hand-off waited for its marker (3 s), and no longer: not the whole grace (10 s).
+      expect(stopMillis).toBeGreaterThanOrEqual(3_000)
       expect(stopMillis).toBeLessThan(6_000)
       const owners = new Map((yield* records.values().pipe(Effect.orDie)).map((r) => [r.key, r.value.replica]))
-      expect(owners.get(ghost)).toBe(real.value.replica)
-      expect([...owners].filter(([conn, owner]) => conn !== ghost && owner === real.value.replica)).toEqual([])
+      const survivors = new Set([...owners].filter(([conn]) => conn !== ghost).map(([, owner]) => owner))
+      expect(survivors.size).toBe(1)
+      expect(survivors.has(real.value.replica)).toBe(false)
+      // Not handed over, the ghost's record still names the stopped replica, unless the survivor
+      // has already adopted it from KV: its sweep may, once the stopped replica's key is gone.
+      expect([real.value.replica, ...survivors]).toContain(owners.get(ghost))
       mcp.send({ jsonrpc: "2.0", id: "after", method: "getTabs" })
       expect((yield* next(ext)).id).toBe(`${connectionId}:after`)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
