@@ -60,6 +60,12 @@ export interface KvBucketShape {
    */
   readonly compareAndDelete: (key: string, revision: number) => Effect.Effect<void, KvConflict | BusError>
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
+  /**
+   * How many keys that match `filter` hold an entry, in one request: for a bound checked on a hot
+   * path, where `keys` would list them all. On NATS a deleted key counts until its delete marker
+   * ages out, so this is at least the live count, and equal to it where keys are not deleted.
+   */
+  readonly count: (filter?: string) => Effect.Effect<number, BusError>
   readonly watch: (options?: WatchOptions) => Stream.Stream<KvEntry, BusError>
   /**
    * Hands `apply` the latest value of every key that matches `filter`, then every change, until
@@ -91,6 +97,7 @@ export interface TypedBucket<A> {
    */
   readonly deleteOwned: (key: string, owns: (value: A) => boolean) => Effect.Effect<boolean, BusError>
   readonly keys: (filter?: string) => Effect.Effect<ReadonlyArray<string>, BusError>
+  readonly count: (filter?: string) => Effect.Effect<number, BusError>
   readonly values: (filter?: string) => Effect.Effect<ReadonlyArray<{ readonly key: string; readonly value: A }>, BusError>
 }
 
@@ -139,6 +146,7 @@ export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>):
           ? bucket.compareAndDelete(key, found.value.revision).pipe(Effect.as(true), Effect.catchTag("KvConflict", () => Effect.succeed(false)))
           : Effect.succeed(false)),
     keys: bucket.keys,
+    count: bucket.count,
     // Documents that no longer decode (an older shape) are skipped rather than failing the read.
     values: (filter) =>
       Effect.flatMap(bucket.keys(filter), (keys) =>

@@ -20,6 +20,7 @@ export const metered = (kv: KvShape, registry: Registry): KvShape => {
     update: meter.op("update"),
     delete: meter.op("delete"),
     keys: meter.op("keys"),
+    count: meter.op("count"),
     open: meter.op("open")
   }
   const timed = <A, E>(op: keyof typeof ops, effect: Effect.Effect<A, E>): Effect.Effect<A, E> =>
@@ -41,6 +42,7 @@ export const metered = (kv: KvShape, registry: Registry): KvShape => {
     delete: (key) => timed("delete", b.delete(key)),
     compareAndDelete: (key, revision) => timed("delete", b.compareAndDelete(key, revision)),
     keys: (filter) => timed("keys", b.keys(filter)),
+    count: (filter) => timed("count", b.count(filter)),
     // A watch is a stream that lasts as long as its reader: it has no latency to report.
     watch: b.watch,
     follow: b.follow

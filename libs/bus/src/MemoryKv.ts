@@ -120,6 +120,12 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
       }),
     keys: (filter) =>
       Effect.sync(() => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter ?? ">", k))),
+    count: (filter) =>
+      Effect.sync(() => {
+        let n = 0
+        for (const k of entries.keys()) if (live(k) !== undefined && subjectMatches(filter ?? ">", k)) n++
+        return n
+      }),
     watch: (options) =>
       Stream.asyncScoped<KvEntry, BusError>((emit) =>
         Effect.acquireRelease(

@@ -107,6 +107,15 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
         Effect.catchTag("TimeoutException", () =>
           Effect.tryPromise({ try: () => liveFromSubjects(filter ?? ">", new Set()), catch: kvError("keys") }))
       ),
+    // The stream's subjects under the filter, each a key with an entry (a delete marker too).
+    count: (filter) =>
+      Effect.tryPromise({
+        try: async () => {
+          const info = await (await jsm()).streams.info(streamName, { subjects_filter: `$KV.${full}.${filter ?? ">"}` })
+          return Object.keys(info.state.subjects ?? {}).length
+        },
+        catch: kvError("count")
+      }),
     // The iterator is pumped by a plain loop and stopped by the scope: an Effect fiber parked in
     // `next()` could not be interrupted until the next change arrived.
     watch: (options) =>

@@ -283,6 +283,22 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
           })
         ))
 
+      it.scoped("counts keys by subject-style filter, a deleted one at most until its marker ages out", () =>
+        withBus(
+          Effect.gen(function*() {
+            const kv = yield* (yield* Kv).bucket({ name: "counted" })
+            for (const k of ["ext.alice.1", "ext.alice.2", "ext.bob.1", "mcp.alice.1"]) yield* kv.put(k, k)
+            yield* kv.put("ext.alice.1", "again")
+            expect(yield* kv.count("ext.alice.>")).toBe(2)
+            expect(yield* kv.count("ext.*.1")).toBe(2)
+            expect(yield* kv.count()).toBe(4)
+            expect(yield* kv.count("nobody.>")).toBe(0)
+            yield* kv.delete("ext.alice.2")
+            expect(yield* kv.count("ext.alice.>")).toBeGreaterThanOrEqual(1)
+            expect(yield* kv.count("ext.alice.>")).toBeLessThanOrEqual(2)
+          })
+        ))
+
       it.scoped("watches initial values, updates and deletes", () =>
         withBus(
           Effect.gen(function*() {
