@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config"
+import ChaosFirst from "./libs/testing/src/Sequencer.ts"
 
 export default defineConfig({
   test: {
@@ -8,6 +9,7 @@ export default defineConfig({
     reporters: ["default", "./libs/testing/src/SummaryReporter.ts"],
     testTimeout: 30_000,
     hookTimeout: 120_000,
+    sequence: { sequencer: ChaosFirst },
     pool: "forks",
     // Two cores: more workers than that only adds contention to timing-sensitive socket tests.
     poolOptions: { forks: { maxForks: 2, minForks: 1 } }
