@@ -7,9 +7,12 @@
 import { describe, expect, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import { Registry } from "@switchboard/registry"
 import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -82,6 +85,7 @@ interface OuterWindow {
   rawHandshake(serverUrl: string, claimedOrigin: string): Promise<Array<unknown>>
   echo(text: string): Promise<string>
   call(name: string, args: Readonly<Record<string, unknown>>): Promise<string>
+  request(method: string, params: Readonly<Record<string, unknown>>, timeout: number): Promise<{ readonly ok: true; readonly result: unknown } | Failure>
   readonly log: Array<unknown>
   readonly errors: Array<string>
   readonly frame: { readonly element: HTMLIFrameElement | null }
@@ -107,6 +111,8 @@ const outerPage = (url: string) =>
         Effect.promise(() => page.evaluate(([url, claimed]) => (window as unknown as OuterWindow).rawHandshake(url, claimed), [serverUrl, claimedOrigin] as const)),
       call: (name: string, args: Readonly<Record<string, unknown>>) =>
         Effect.promise(() => page.evaluate(([n, a]) => (window as unknown as OuterWindow).call(n, a), [name, args] as const)),
+      request: (method: string, params: Readonly<Record<string, unknown>>, timeout: number) =>
+        Effect.promise(() => page.evaluate(([m, p, t]) => (window as unknown as OuterWindow).request(m, p, t), [method, params, timeout] as const)),
       echo: (text: string) => Effect.promise(() => page.evaluate((t) => (window as unknown as OuterWindow).echo(t), text)),
       log: Effect.promise(() => page.evaluate(() => (window as unknown as OuterWindow).log)),
       iframes: Effect.promise(() => page.evaluate(() => document.querySelectorAll("iframe").length)),
@@ -570,6 +576,57 @@ layer(harness, { excludeTestServices: true, timeout: "60 seconds" })("postMessag
           reason: "SetupRequired",
           message: "setup required (AUTH_EXPIRED): Switchboard refused the stored token: Authentication failed: token expired"
         })
+      }))
+
+    it.scoped("when the hub ends the session with 1008 while a request is in flight, the request fails at once and the app is told to run setup (AUTH_EXPIRED)", () =>
+      Effect.gen(function*() {
+        const { a } = yield* PostMessagePages
+        const { url } = yield* switchboard(a)
+        const outer = yield* outerPage(a)
+        const serverUrl = `${url}/embed`
+        const id = sessionId()
+        expect(yield* setUpWithForm(outer, serverUrl, id, yield* token({ sub: "dave" }))).toMatchObject({ ok: true, result: { status: "success" } })
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id })).toEqual({ ok: true, tools: [], hidden: true })
+
+        // The hub takes an expired token as it does at any time: it closes the session with 1008,
+        // and never answers the request that carried it.
+        const started = Date.now()
+        const answer = yield* outer.request("authenticate", { token: expiredToken("dave") }, 20_000)
+        expect(answer).toEqual({
+          ok: false,
+          reason: null,
+          message: "MCP error -32000: Switchboard's hub closed this session: Authentication failed: token expired (1008)"
+        })
+        expect(Date.now() - started).toBeLessThan(10_000)
+        // The app learns why, and the session is over: its transport closed, and the next request fails at once.
+        expect(yield* outer.log).toContainEqual({
+          type: "MCP_SETUP_REQUIRED",
+          reason: "AUTH_EXPIRED",
+          message: "Authentication failed: token expired",
+          canContinue: false
+        })
+        yield* waitFor(outer.page, "window.clientClosed === true")
+        expect(yield* outer.request("tools/list", {}, 20_000)).toEqual({ ok: false, reason: null, message: "Not connected" })
+      }))
+
+    it.scoped("when the hub goes away (this Switchboard stops), each request of the app is answered at once with why, and no setup is asked for", () =>
+      Effect.gen(function*() {
+        const { a } = yield* PostMessagePages
+        const running = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+        const { url } = yield* Scope.extend(switchboard(a), running)
+        const outer = yield* outerPage(a)
+        const serverUrl = `${url}/embed`
+        const id = sessionId()
+        expect(yield* setUpWithForm(outer, serverUrl, id, yield* token({ sub: "erin" }))).toMatchObject({ ok: true, result: { status: "success" } })
+        expect(yield* outer.connect({ kind: "iframe", serverUrl, sessionId: id })).toEqual({ ok: true, tools: [], hidden: true })
+
+        yield* Scope.close(running, Exit.void)
+        const started = Date.now()
+        const closed = { ok: false, reason: null, message: expect.stringContaining("MCP error -32000: Switchboard's hub closed this session: ") }
+        expect(yield* outer.request("tools/list", {}, 20_000)).toEqual(closed)
+        expect(yield* outer.request("ping", {}, 20_000)).toEqual(closed)
+        expect(Date.now() - started).toBeLessThan(10_000)
+        expect((yield* outer.log).filter((m) => typeof m === "object" && m !== null && "type" in m && m.type === "MCP_SETUP_REQUIRED")).toEqual([])
       }))
 
     it.scoped("an app of an origin not allowed gets no tools: the browser refuses to frame it, and a popup is refused by the page", () =>
