@@ -109,13 +109,21 @@ export class OuterFrameTransport implements Transport {
       case "MCP_MESSAGE":
         if (this.state === "open") this.onmessage?.(message.payload)
         return
-      case "MCP_SETUP_REQUIRED":
+      case "MCP_SETUP_REQUIRED": {
         this.onsetuprequired?.(message)
-        // Refused instead of accepted: the inner frame cannot serve this session until setup runs.
-        if (!message.canContinue) {
-          this.accepted.reject(new PostMessageError({ reason: "SetupRequired", message: `setup required (${message.reason}): ${message.message}` }))
+        if (message.canContinue) return
+        const error = new PostMessageError({ reason: "SetupRequired", message: `setup required (${message.reason}): ${message.message}` })
+        if (this.state === "open") {
+          // The spec's "session will fail": it ends here, so the SDK fails the requests that wait
+          // for an answer (and any later one) now, instead of each waiting out its timeout.
+          this.onerror?.(error)
+          void this.close()
+        } else {
+          // Refused instead of accepted: the inner frame cannot serve this session until setup runs.
+          this.accepted.reject(error)
         }
         return
+      }
     }
   }
 }

@@ -58,4 +58,32 @@ describe("/embed's bridge to /hub", () => {
       error: { code: -32603, message: "Switchboard could not start an MCP session for this client, which sent tools/list without initialize: not authenticated" }
     }])
   })
+
+  it("a hub that closes: every request it had not answered, held or relayed (initialize too), is answered with why, and so is every later one", () => {
+    const { bridge, client, hub } = recorded()
+    const initialize: JSONRPCMessage = { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "app", version: "1" } } }
+    bridge.fromClient(initialize)
+    bridge.fromClient(listTools)
+    bridge.fromHub({ jsonrpc: "2.0", id: 1, result: { tools: [] } })
+    bridge.fromClient({ jsonrpc: "2.0", id: "call", method: "tools/call", params: { name: "t" } })
+    bridge.hubClosed("Authentication failed: token expired (1008)")
+    bridge.fromClient({ jsonrpc: "2.0", id: 2, method: "ping" })
+    bridge.fromClient(cancelled)
+    const closed = (id: string | number) => ({
+      jsonrpc: "2.0",
+      id,
+      error: { code: -32000, message: "Switchboard's hub closed this session: Authentication failed: token expired (1008)" }
+    })
+    expect(client).toEqual([{ jsonrpc: "2.0", id: 1, result: { tools: [] } }, closed(0), closed("call"), closed(2)])
+    expect(hub).toHaveLength(3) // nothing goes to a closed hub
+  })
+
+  it("a hub that closes while the bridge makes the session: the held requests are answered with why", () => {
+    const { bridge, client } = recorded()
+    bridge.fromClient(listTools)
+    bridge.fromClient(cancelled)
+    bridge.hubClosed("the hub closed the connection (1006)")
+    bridge.fromHub({ jsonrpc: "2.0", id: INITIALIZE_ID, result: { protocolVersion: ProtocolVersions[0] } })
+    expect(client).toEqual([{ jsonrpc: "2.0", id: 1, error: { code: -32000, message: "Switchboard's hub closed this session: the hub closed the connection (1006)" } }])
+  })
 })

@@ -191,6 +191,37 @@ describe("postMessage transports over fake windows", () => {
     })
   })
 
+  it("MCP_SETUP_REQUIRED with canContinue false during the session ends it: a request in flight fails at once, the SDK sees the close", async () => {
+    const { inner, outer, toInner, toOuter } = pair()
+    const server = new McpServer({ name: "stuck", version: "1.0.0" })
+    let called: () => void = () => undefined
+    const arrived = new Promise<void>((resolve) => (called = resolve))
+    server.registerTool("wait", { inputSchema: {} }, () => {
+      called()
+      return new Promise(() => undefined) // never answered: the frame lost what it needed to answer
+    })
+    const innerTransport = new InnerFrameTransport({ allowedOrigins: [APP], host: inner, outer: toOuter })
+    const { frame } = fakeFrame(toInner, () => void server.connect(innerTransport))
+    const transport = new OuterFrameTransport(frame, { serverUrl: `${TOOLS}/mcp`, sessionId: "s5", host: outer })
+    const required: Array<Messages.SetupRequired> = []
+    const errors: Array<unknown> = []
+    transport.onsetuprequired = (m) => required.push(m)
+    transport.onerror = (e) => errors.push(e)
+    const client = new Client({ name: "app", version: "1.0.0" })
+    let clientClosed = false
+    client.onclose = () => (clientClosed = true)
+    await client.connect(transport)
+
+    const call = client.callTool({ name: "wait", arguments: {} })
+    await arrived
+    await innerTransport.requireSetup({ reason: "AUTH_EXPIRED", message: "the token expired", canContinue: false })
+    await expect(call).rejects.toThrow("Connection closed")
+    expect(clientClosed).toBe(true)
+    expect(required).toEqual([{ type: "MCP_SETUP_REQUIRED", reason: "AUTH_EXPIRED", message: "the token expired", canContinue: false }])
+    expect(errors).toMatchObject([{ reason: "SetupRequired", message: "setup required (AUTH_EXPIRED): the token expired" }])
+    await expect(client.listTools()).rejects.toThrow("Not connected")
+  })
+
   it("a handshake of another protocol version fails connect with UnsupportedVersion", async () => {
     const { outer, toInner, toOuter } = pair()
     const { frame } = fakeFrame(toInner, () => toOuter.postMessage({ type: "MCP_TRANSPORT_HANDSHAKE", protocolVersion: "2.0" }, "*"))

@@ -160,12 +160,18 @@ const runTransportPhase = async () => {
     const message = parse(event.data)
     if (isJsonRpcMessage(message)) bridge.fromHub(message)
   }
+  // The transport stays open after the hub has gone: the spec has no message that says a frame
+  // closed, so a closed frame would leave each later request of the client unanswered until its
+  // timeout (60 s in the SDK), where the bridge answers it at once with why.
   hub.onclose = (event) => {
-    // 1008 is the hub's word for a token it no longer takes.
-    const after = event.code === 1008
-      ? transport.requireSetup({ reason: "AUTH_EXPIRED", message: event.reason, canContinue: false })
-      : Promise.resolve()
-    void after.finally(() => transport.close())
+    bridge.hubClosed(event.reason.length > 0 ? `${event.reason} (${event.code})` : `the hub closed the connection (${event.code})`)
+    // 1008 is the hub's word for a token it no longer takes: setup must run again before any
+    // session can, and the outer frame ends this one on `canContinue: false`.
+    if (event.code === 1008) {
+      transport.requireSetup({ reason: "AUTH_EXPIRED", message: event.reason, canContinue: false }).catch((error: unknown) =>
+        console.warn("switchboard /embed:", asError(error).message)
+      )
+    }
   }
   await transport.start()
 }

@@ -3,7 +3,9 @@
  * bridge is always a fresh MCP session, yet a client may take the postMessage connection for a
  * resumed one and never send `initialize` (the MCP SDK's `Client` does over the reference
  * implementation's transport, whose `sessionId` is set): then the bridge makes the session itself,
- * and holds the client's first messages until the hub has answered.
+ * and holds the client's first messages until the hub has answered. A hub that closes leaves no
+ * request of the client waiting: each one it had not answered, and each later one, is answered
+ * with why, since nothing in the postMessage transport tells the client that a frame stopped.
  */
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
 import { ProtocolVersions } from "@switchboard/protocol/browser/Registry"
@@ -17,15 +19,24 @@ export interface HubBridgeEnds {
 }
 
 const methodOf = (message: JSONRPCMessage): string | undefined => ("method" in message ? message.method : undefined)
+type Id = string | number
+/** The id of a request; undefined for a notification or an answer. */
+const requestId = (message: JSONRPCMessage): Id | undefined => ("method" in message && "id" in message ? message.id : undefined)
+/** The id a response answers; undefined for a request or a notification. */
+const answeredId = (message: JSONRPCMessage): Id | undefined => (!("method" in message) && "id" in message ? message.id : undefined)
 
 export class HubBridge {
-  private state: "fresh" | "initializing" | "open" = "fresh"
+  private state: "fresh" | "initializing" | "open" | "closed" = "fresh"
   private held: Array<JSONRPCMessage> = []
+  /** The client's requests relayed to the hub and not answered yet, in the order they went. */
+  private readonly unanswered = new Set<Id>()
+  private closedBecause = ""
 
   constructor(private readonly ends: HubBridgeEnds, private readonly clientName: string) {}
 
   fromClient(message: JSONRPCMessage): void {
-    if (this.state === "open") return this.ends.toHub(message)
+    if (this.state === "closed") return this.answerClosed(requestId(message))
+    if (this.state === "open") return this.relay(message)
     this.held.push(message)
     if (this.state === "initializing") return
     if (methodOf(message) === "initialize") {
@@ -43,7 +54,12 @@ export class HubBridge {
   }
 
   fromHub(message: JSONRPCMessage): void {
-    if (this.state !== "initializing" || !("id" in message) || message.id !== INITIALIZE_ID) return this.ends.toClient(message)
+    if (this.state === "closed") return
+    if (this.state !== "initializing" || !("id" in message) || message.id !== INITIALIZE_ID) {
+      const id = answeredId(message)
+      if (id !== undefined) this.unanswered.delete(id)
+      return this.ends.toClient(message)
+    }
     this.state = "open"
     if ("result" in message) {
       this.ends.toHub({ jsonrpc: "2.0", method: "notifications/initialized" })
@@ -64,9 +80,35 @@ export class HubBridge {
     }
   }
 
+  /**
+   * The hub's socket closed, `why` being its reason: the requests it will never answer (held or
+   * relayed) are answered now, and every later one at once, instead of each waiting out the
+   * client's own timeout.
+   */
+  hubClosed(why: string): void {
+    if (this.state === "closed") return
+    this.state = "closed"
+    this.closedBecause = why
+    const waiting = [...this.unanswered, ...this.held.map(requestId)]
+    this.unanswered.clear()
+    this.held = []
+    waiting.forEach((id) => this.answerClosed(id))
+  }
+
+  private answerClosed(id: Id | undefined): void {
+    if (id === undefined) return
+    this.ends.toClient({ jsonrpc: "2.0", id, error: { code: -32000, message: `Switchboard's hub closed this session: ${this.closedBecause}` } })
+  }
+
+  private relay(message: JSONRPCMessage): void {
+    const id = requestId(message)
+    if (id !== undefined) this.unanswered.add(id)
+    this.ends.toHub(message)
+  }
+
   private flush(): void {
     const held = this.held
     this.held = []
-    held.forEach((m) => this.ends.toHub(m))
+    held.forEach((m) => this.relay(m))
   }
 }

@@ -54,6 +54,16 @@ window.connect = async (options) => {
   return { ok: true, tools: tools.map((tool) => tool.name), hidden: frame.element ? frame.element.hidden : null }
 }
 
+// A request the SDK has no method for (a second `authenticate`, say), bounded so that a request
+// nobody answers fails the test with a timeout instead of waiting out the SDK's 60 s.
+window.request = async (method, params, timeout) => {
+  try {
+    return { ok: true, result: await client.request({ method, params }, z.object({}).passthrough(), { timeout }) }
+  } catch (error) {
+    return failure(error)
+  }
+}
+
 window.call = async (name, args) => (await client.callTool({ name, arguments: args })).content[0].text
 window.echo = (text) => call("echo", { text })
 
