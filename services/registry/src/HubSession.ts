@@ -41,7 +41,6 @@ const CAPABILITIES = {
   experimental: { browser: { multiTabSupport: true, cacheSupported: true, elicitation: false } }
 }
 
-const decodeCallParams = Schema.decodeUnknownEither(Registry.ToolsCallParams)
 const decodeCancelled = Schema.decodeUnknownEither(Registry.CancelledParams)
 const decodeInitialize = Schema.decodeUnknownEither(Registry.InitializeParams)
 
@@ -162,7 +161,7 @@ class Session implements Actors.Actor<never, Registry.RegistryPeer, Registry.Hub
   // --- requests -------------------------------------------------------------------------------
 
   private toolsCall(request: JsonRpc.Request, ex: HubTransport.Exchange, span: Tracer.Span | undefined) {
-    const params = decodeCallParams(request.params)
+    const params = Registry.decodeToolsCallParams(request.params)
     if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
     this.calls?.start(request, params.right, ex, span)
   }

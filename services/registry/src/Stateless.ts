@@ -17,7 +17,6 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
-import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import type * as Tracer from "effect/Tracer"
 import { randomUUID } from "node:crypto"
@@ -29,7 +28,6 @@ import * as ToolsPage from "./ToolsPage.ts"
 import type * as Views from "./Views.ts"
 
 const { ErrorCode } = JsonRpc
-const decodeCallParams = Schema.decodeUnknownEither(Registry.ToolsCallParams)
 
 /** What a `tools/list` answer carries beyond its page, in this era: the list is the user's own. */
 const LIST_EXTRA = `,"ttlMs":${Modern.ToolsListTtlMillis},"cacheScope":"private","resultType":"complete","_meta":${
@@ -264,7 +262,7 @@ export const serve = (replica: Replica.Replica, local: LocalInbox) =>
           return ex.reply(ToolsPage.answer(request.id, fields, LIST_EXTRA))
         }
         case "tools/call": {
-          const params = decodeCallParams(request.params)
+          const params = Registry.decodeToolsCallParams(request.params)
           if (Either.isLeft(params)) return ex.reply(failure(request.id, ErrorCode.InvalidParams, "Invalid params: tools/call expects {name: string, arguments?: object}"))
           // MCP 2026-07-28's Server Validation: the Mcp-Param-* headers the tool's x-mcp-header
           // asks for must say what the body does, or a proxy routed on a value the tab never gets.
