@@ -4,13 +4,15 @@
  * Entries are keyed by a digest of the token, never the token, and bounded by count and by bytes,
  * since anyone can present tokens: 10,000 garbage tokens of 15 KB kept as keys held half a GiB.
  */
-import { createHash } from "node:crypto"
+import { hash } from "node:crypto"
 
 /**
  * SHA-256 of a token, base64url: 43 characters whatever the token's length. A token as a key kept
- * its whole text alive, and often more (a slice of the request it was cut from).
+ * its whole text alive, and often more (a slice of the request it was cut from). The one-shot
+ * `hash`, not a `Hash` object per call: every Streamable HTTP request's token is digested, and the
+ * object cost 2.7 times as much (3 % of a modern hub call's CPU at 50×10).
  */
-export const digest = (token: string): string => createHash("sha256").update(token).digest("base64url")
+export const digest = (token: string): string => hash("sha256", token, "base64url")
 
 export interface Limits {
   /** How long a verdict is kept, in milliseconds. */
