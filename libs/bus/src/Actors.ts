@@ -133,6 +133,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
     const meter = Instruments.actorHost(yield* Metrics, options.service)
     /** Every connection this replica hosts, one record each (`HostedActor`). */
     const actors = new HostedActors<R, M>()
+    yield* Effect.acquireRelease(Effect.sync(() => meter.follow(() => actors.opens())), (stop) => Effect.sync(stop))
     /**
      * What ends each actor whose mailbox runs, as this replica stops, without `onClosed`: its
      * state stays in KV for the replica that adopts it. Registered before `fibers`, so it runs
@@ -237,7 +238,6 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
         const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
         if (forwarded !== undefined) actor.awaitForward((messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
         actors.add(actor)
-        yield* meter.hosting(event, scope)
         ready()
         yield* answer(undefined)
         if (forwarded !== undefined) {
