@@ -21,10 +21,12 @@ import { print, round1 } from "./report.ts"
 /** Sockets measured on each path (IDLE_SOCKETS=500 for a quick run). */
 const SOCKETS = Number(process.env["IDLE_SOCKETS"] ?? 10_000)
 /**
- * Opened before the first measurement and kept open: the first sockets of a path also pay for
- * code compiled and state created once (a topic, a KV watch), which is not a per-socket cost.
+ * Opened before the first measurement and kept open (IDLE_WARM, default 100): the first sockets of
+ * a path also pay for code compiled and state created once (a topic, a KV watch), which is not a
+ * per-socket cost; with IDLE_STARTUP_GC=1, a warm-up of a thousand also grows the young generation
+ * back before the first reading.
  */
-const WARM = 100
+const WARM = Number(process.env["IDLE_WARM"] ?? 100)
 /**
  * Sockets per user (IDLE_SOCKETS_PER_USER, default 10). With 1, every socket also pays for what is
  * kept per user: on /hub that was 183 KB in the registry and 181 KB in NATS per socket (at 10,
