@@ -272,7 +272,9 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "IDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_SOCKETS_PER_USER how many share a user (default 10),",
       "  IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60),",
       "  IDLE_TARGETS which targets it measures (plain,embedded,distributed) and IDLE_PATHS which paths (/extension,/mcp,/hub,/tabs,/v0/ws; all by default),",
-      "  IDLE_HEAP_SNAPSHOTS=<dir> where it writes a heap snapshot of each process before and after."
+      "  IDLE_HEAP_SNAPSHOTS=<dir> where it writes a heap snapshot of each process before and after,",
+      "  IDLE_GCS the full GCs before each reading (default 1; 0 reads an unforced process), IDLE_STARTUP_GC=1 one GC before the warm-up",
+      "  all the same (a process's startup garbage), IDLE_WARM the warm-up's sockets (default 100)."
     ].join("\n")
   )
   process.exit(wanted.includes("--help") || wanted.includes("-h") ? 0 : 2)

@@ -23,7 +23,7 @@ import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import { Bus, type BusMessage } from "./Bus.ts"
-import { closeSocket, endActor, type Frame, opens as openRequests, socket } from "./EdgeLink.ts"
+import { closeSocket, edgeIdOf, endActor, type Frame, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
 import { type HostContext, HostedActor, HostedActors } from "./HostedActor.ts"
 import { Kv, typed } from "./Kv.ts"
@@ -133,6 +133,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
     const meter = Instruments.actorHost(yield* Metrics, options.service)
     /** Every connection this replica hosts, one record each (`HostedActor`). */
     const actors = new HostedActors<R, M>()
+    yield* Effect.acquireRelease(Effect.sync(() => meter.follow(() => actors.opens())), (stop) => Effect.sync(stop))
     /**
      * What ends each actor whose mailbox runs, as this replica stops, without `onClosed`: its
      * state stays in KV for the replica that adopts it. Registered before `fibers`, so it runs
@@ -237,7 +238,6 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
         const forwarded = adoption === undefined ? undefined : yield* Deferred.make<ReadonlyArray<BusMessage>>()
         if (forwarded !== undefined) actor.awaitForward((messages) => Deferred.unsafeDone(forwarded, Exit.succeed(messages)))
         actors.add(actor)
-        yield* meter.hosting(event, scope)
         ready()
         yield* answer(undefined)
         if (forwarded !== undefined) {
@@ -275,7 +275,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
         (request, replyTo) => {
           const reply = replyTo(request)
           const id = Subjects.ConnId(request.conn)
-          const edge = Subjects.EdgeId(request.edge)
+          const edge = edgeIdOf(request.edge)
           // Ownership is recorded before the edge hears "ok", so a replica that dies right after
           // still leaves a record to adopt.
           runFork(
@@ -309,7 +309,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
           }
           const claim = connections.claim(conn, from, replica)
           runFork(
-            run(Subjects.ConnId(conn), Subjects.EdgeId(edge), open, true, (refused) => {
+            run(Subjects.ConnId(conn), edgeIdOf(edge), open, true, (refused) => {
               if (refused !== undefined) return reply.fail(new Host.AdoptRefused({ reason: refused.reason }))
               counts.adopted++
               return reply.succeed(replica)
@@ -350,7 +350,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
       socketsByEdge: () => actors.socketsByEdge(),
       adopted: (connId, found) => {
         meter.adopted()
-        runFork(run(connId, Subjects.EdgeId(found.edge), found.open, true, () => Effect.void))
+        runFork(run(connId, edgeIdOf(found.edge), found.open, true, () => Effect.void))
       }
     })
 

@@ -161,9 +161,28 @@ export const closeSocket = (bus: BusShape, edge: Subjects.EdgeId, conn: Subjects
 export const endActor = (bus: BusShape, service: Subjects.ServiceName, conn: Subjects.ConnId, code: number, reason: string) =>
   bus.unsafePublish(Subjects.conn(service, conn), "", Envelope.encodeEdgeIn({ _tag: "Closed", code, reason }))
 
+/**
+ * One edge's id and outbound subject, as one pair of strings for all its connections: decoded
+ * from each open, they were two copies per connection, about 84 bytes of every idle actor (issue
+ * 29). Edges come and go over a replica's life, so the table starts again past `EDGES_KEPT`.
+ */
+const edges = new Map<string, readonly [Subjects.EdgeId, string]>()
+const EDGES_KEPT = 1024
+const edgeNames = (edge: string): readonly [Subjects.EdgeId, string] => {
+  let names = edges.get(edge)
+  if (names === undefined) {
+    if (edges.size >= EDGES_KEPT) edges.clear()
+    names = [Subjects.EdgeId(edge), Subjects.edgeOut(Subjects.EdgeId(edge))]
+    edges.set(edge, names)
+  }
+  return names
+}
+/** An edge's id as the one string every connection of that edge shares. */
+export const edgeIdOf = (edge: string): Subjects.EdgeId => edgeNames(edge)[0]
+
 /** Deliveries to one socket, or to a group on the same edge; their untraced headers are built once. */
 export const socket = (bus: BusShape, edge: Subjects.EdgeId, to: Envelope.Deliver | Envelope.Fanout): Socket => {
-  const out = Subjects.edgeOut(edge)
+  const out = edgeNames(edge)[1]
   const untraced = Envelope.encodeEdgeOut(to)
   return {
     send: (data, traceparent) => bus.unsafePublish(out, data, traceparent === undefined ? untraced : Envelope.encodeEdgeOut({ ...to, traceparent }))

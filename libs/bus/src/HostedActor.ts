@@ -140,6 +140,7 @@ export class HostedActor<R, M> implements Handover<R> {
 export interface HostedRecord<R> {
   readonly conn: Subjects.ConnId
   readonly edge: Subjects.EdgeId
+  readonly open: Edge.OpenEvent
   readonly http: boolean
   readonly mailbox: Mailbox<R>
   readonly owned: boolean
@@ -194,5 +195,9 @@ export class HostedActors<R, M, A extends HostedRecord<R> = HostedActor<R, M>> {
   }
   get size() {
     return this.byConn.size
+  }
+  /** How each connection was opened, as the metrics count actors by kind when scraped. */
+  *opens(): IterableIterator<Edge.OpenEvent> {
+    for (const actor of this.byConn.values()) yield actor.open
   }
 }

@@ -20,6 +20,7 @@ const record = (conn: string, edge: string, options: { readonly http?: boolean; 
     const r: HostedRecord<never> & { owned: boolean } = {
       conn: Subjects.ConnId(conn),
       edge: Subjects.EdgeId(edge),
+      open: { path: options.http === true ? "/hub" : "/mcp", query: {}, openedAt: 0, ...(options.http === true ? { transport: "http" as const } : {}) },
       http: options.http ?? false,
       mailbox,
       owned: true,
@@ -53,6 +54,8 @@ describe("the host's records of its connections", () => {
       expect(conns(actors.owned())).toEqual(["b"])
       expect(conns(actors.running())).toEqual(["b"])
       expect([...actors.socketsByEdge()].map(([edge, sockets]) => [edge, sockets.length])).toEqual([["e1", 1]])
+      // Nor in what the metrics count when scraped.
+      expect([...actors.opens()]).toHaveLength(1)
       // Its mailbox was stopped with it: what still reaches it is not handled.
       a.record.mailbox.offer("edge-lost")
       b.record.mailbox.offer("edge-lost")

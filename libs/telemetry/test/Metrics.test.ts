@@ -1,7 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Scope from "effect/Scope"
 import * as Instruments from "../src/Instruments.ts"
 import { Metrics, Registry } from "../src/Metrics.ts"
 
@@ -43,19 +41,19 @@ describe("Metrics registry", () => {
     expect(() => r.gauge("x_total", "x")).toThrow(/already registered as a counter/)
   })
 
-  it.effect("counts an actor by kind for as long as its scope is open", () =>
-    Effect.gen(function*() {
-      const r = new Registry()
-      const host = Instruments.actorHost(r, "router")
-      const scope = yield* Scope.make()
-      yield* host.hosting({ path: "/mcp" }, scope)
-      yield* host.hosting({ path: "/hub", transport: "http" }, scope)
-      expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"client\"} 1")
-      expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"hub-http\"} 1")
-      expect(r.render()).toContain("switchboard_handoffs_total{service=\"router\"} 0")
-      yield* Scope.close(scope, Exit.void)
-      expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"client\"} 0")
-    }))
+  it("counts a host's actors by kind when scraped, from its records, and a kind whose actors are gone at 0", () => {
+    const r = new Registry()
+    const host = Instruments.actorHost(r, "router")
+    const hosted: Array<{ readonly path: string; readonly transport?: "http" }> = [{ path: "/mcp" }, { path: "/hub", transport: "http" }]
+    const stop = host.follow(() => hosted)
+    expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"client\"} 1")
+    expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"hub-http\"} 1")
+    expect(r.render()).toContain("switchboard_handoffs_total{service=\"router\"} 0")
+    hosted.shift()
+    expect(r.render()).toContain("switchboard_actors{service=\"router\",kind=\"client\"} 0")
+    stop()
+    expect(r.render()).not.toContain("switchboard_actors{")
+  })
 
   it("reports a topic's sequencer lag until its appends are stored or lost, by topic name", () => {
     const r = new Registry()

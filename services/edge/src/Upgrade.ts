@@ -57,6 +57,14 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
   setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref()
 }
 
+/**
+ * A socket's error ends it. One function for every socket, called with the socket as `this`: a
+ * closure per socket, and its context, stayed for the socket's whole life (issue 29).
+ */
+function destroyOnError(this: Duplex) {
+  this.destroy()
+}
+
 /** A browser's WebSocket cannot set headers, so a socket's token may come in the query too. */
 const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => headerToken(req) ?? url.searchParams.get("token") ?? undefined
 
@@ -167,7 +175,7 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
     }
 
     const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
-      socket.on("error", () => socket.destroy())
+      socket.on("error", destroyOnError)
       try {
         upgrade(req, socket, head)
       } catch (cause) {
