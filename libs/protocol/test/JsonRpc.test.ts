@@ -4,6 +4,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Either from "effect/Either"
 import { decodeFrame, decodeValue, decodeValueWithSchema, type ErrorResponse, type Incoming } from "../src/JsonRpc.ts"
+import { absent, pick, random, record } from "./Generated.ts"
 
 // Plain data rather than Either, so toStrictEqual compares contents (Either's Equal would compare
 // the decoded message by reference).
@@ -212,16 +213,7 @@ describe("JsonRpc.decodeFrame", () => {
   })
 })
 
-// mulberry32: a fixed seed keeps any failure reproducible without a property-testing dependency.
-const random = (seed: number) => () => {
-  seed = (seed + 0x6d2b79f5) | 0
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-}
-
 // Each field draws from values near the boundaries of the wire types; `absent` leaves it out.
-const absent = Symbol("absent")
 const pools: Record<string, ReadonlyArray<unknown>> = {
   jsonrpc: [absent, absent, "2.0", "2.0", "2.0", "1.0", 2, null, undefined],
   id: [absent, 1, 0, -7, 1.5, "a", "", null, true, {}, [], NaN, Infinity, undefined, 2 ** 60],
@@ -247,17 +239,8 @@ const pools: Record<string, ReadonlyArray<unknown>> = {
   connectionId: [absent, absent, "conn-1"]
 }
 
-const generate = (next: () => number): unknown => {
-  const pick = <A>(values: ReadonlyArray<A>): A => values[Math.floor(next() * values.length)] as A
-  const shape = next()
-  if (shape < 0.04) return pick([null, 1, "x", true, [], [{ id: 1, method: "m" }]])
-  const value: Record<string, unknown> = {}
-  for (const [key, pool] of Object.entries(pools)) {
-    const v = pick(pool)
-    if (v !== absent) value[key] = v
-  }
-  return value
-}
+const generate = (next: () => number): unknown =>
+  next() < 0.04 ? pick(next, [null, 1, "x", true, [], [{ id: 1, method: "m" }]]) : record(next, pools)
 
 describe("JsonRpc fast path", () => {
   it("agrees with the Schema decoders on generated values and frames", () => {

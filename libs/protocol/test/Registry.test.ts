@@ -3,6 +3,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import { CancelledParams, decodeToolsCallParams, progressTokenOf, ToolsCallParams, ToolsListParams } from "../src/Registry.ts"
+import { absent, record, random } from "./Generated.ts"
 
 const call = Schema.decodeUnknownEither(ToolsCallParams)
 const list = Schema.decodeUnknownEither(ToolsListParams)
@@ -25,14 +26,6 @@ describe("tools/call params", () => {
   })
 })
 
-// mulberry32: a fixed seed keeps any failure reproducible without a property-testing dependency.
-const random = (seed: number) => () => {
-  seed = (seed + 0x6d2b79f5) | 0
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-}
-const absent = Symbol("absent")
 const callPools: Record<string, ReadonlyArray<unknown>> = {
   name: [absent, "t", "t", "", 1, null, undefined],
   arguments: [absent, absent, {}, { a: { b: [1] } }, null, [], "x", 0, undefined, new Date(0)],
@@ -43,17 +36,9 @@ const callPools: Record<string, ReadonlyArray<unknown>> = {
 describe("tools/call params, fast path", () => {
   it("agrees with the Schema on generated values, and on the values above", () => {
     const next = random(20261127)
-    const pick = <A>(values: ReadonlyArray<A>): A => values[Math.floor(next() * values.length)] as A
     const outcome = (e: Either.Either<ToolsCallParams, unknown>) => (Either.isRight(e) ? { right: e.right } : "left")
     const values: Array<unknown> = [undefined, null, [], "t", 1, Object.create(null), { name: "t", arguments: null }]
-    for (let i = 0; i < 2000; i++) {
-      const value: Record<string, unknown> = {}
-      for (const [key, pool] of Object.entries(callPools)) {
-        const v = pick(pool)
-        if (v !== absent) value[key] = v
-      }
-      values.push(value)
-    }
+    for (let i = 0; i < 2000; i++) values.push(record(next, callPools))
     for (const value of values) {
       expect(outcome(decodeToolsCallParams(value)), String(JSON.stringify(value))).toStrictEqual(outcome(call(value)))
       const text = JSON.stringify(value)
