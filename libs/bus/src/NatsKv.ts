@@ -51,13 +51,16 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
   const kvError = (what: string) => busError("Kv", `${what} on bucket ${name}`)
   const streamName = `KV_${full}`
   const lastSeq = async () => (await (await jsm()).streams.info(streamName)).state.last_seq
+  const prefix = `$KV.${full}.`
+  /** The keys under `filter` that have a message in the stream (a delete marker too): one request. */
+  const storedKeys = async (filter: string) => {
+    const info = await (await jsm()).streams.info(streamName, { subjects_filter: prefix + filter })
+    return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length))
+  }
   /** The keys among the stream's subjects that `known` lacks and that are live (a get each). */
   const liveFromSubjects = async (filter: string, known: ReadonlySet<string>) => {
-    const prefix = `$KV.${full}.`
-    const info = await (await jsm()).streams.info(streamName, { subjects_filter: prefix + filter })
     const keys = await Promise.all(
-      Object.keys(info.state.subjects ?? {}).map(async (subject) => {
-        const key = subject.slice(prefix.length)
+      (await storedKeys(filter)).map(async (key) => {
         if (known.has(key)) return undefined
         const e = await kv.get(key)
         return e !== null && e.operation === "PUT" ? key : undefined
@@ -107,15 +110,7 @@ const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetSt
         Effect.catchTag("TimeoutException", () =>
           Effect.tryPromise({ try: () => liveFromSubjects(filter ?? ">", new Set()), catch: kvError("keys") }))
       ),
-    // The stream's subjects under the filter, each a key with an entry (a delete marker too).
-    count: (filter) =>
-      Effect.tryPromise({
-        try: async () => {
-          const info = await (await jsm()).streams.info(streamName, { subjects_filter: `$KV.${full}.${filter ?? ">"}` })
-          return Object.keys(info.state.subjects ?? {}).length
-        },
-        catch: kvError("count")
-      }),
+    count: (filter) => Effect.tryPromise({ try: async () => (await storedKeys(filter ?? ">")).length, catch: kvError("count") }),
     // The iterator is pumped by a plain loop and stopped by the scope: an Effect fiber parked in
     // `next()` could not be interrupted until the next change arrived.
     watch: (options) =>
