@@ -80,6 +80,8 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
     return revision
   }
 
+  const liveKeys = (filter = ">") => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter, k))
+
   const current = (filter: string) => {
     const found: Array<KvEntry> = []
     for (const key of entries.keys()) {
@@ -118,14 +120,8 @@ const makeBucket = (name: string, ttl: Option.Option<Duration.Duration>): KvBuck
         write(key, "", "DEL")
         return Effect.void
       }),
-    keys: (filter) =>
-      Effect.sync(() => [...entries.keys()].filter((k) => live(k) !== undefined && subjectMatches(filter ?? ">", k))),
-    count: (filter) =>
-      Effect.sync(() => {
-        let n = 0
-        for (const k of entries.keys()) if (live(k) !== undefined && subjectMatches(filter ?? ">", k)) n++
-        return n
-      }),
+    keys: (filter) => Effect.sync(() => liveKeys(filter)),
+    count: (filter) => Effect.sync(() => liveKeys(filter).length),
     watch: (options) =>
       Stream.asyncScoped<KvEntry, BusError>((emit) =>
         Effect.acquireRelease(
