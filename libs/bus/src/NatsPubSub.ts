@@ -43,7 +43,7 @@ const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
     out ??= new FrozenHeaders()
     out.set(k, h[k]!)
   }
-  if (out !== undefined) converted.set(h, out)
+  if (out !== undefined) converted.set(h, out.freeze())
   return out
 }
 
