@@ -33,7 +33,7 @@ import type * as Peer from "./Peer.ts"
 import { ConnectionRecord, ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
 
-export { edgeLink, type Frame, type HttpExchange, opens, requestOpen, type Socket } from "./EdgeLink.ts"
+export { edgeLink, type Frame, type HttpExchange, opens, requestOpen, type Socket, unsafeRequestOpen } from "./EdgeLink.ts"
 export type { HandoffCounts } from "./Handoff.ts"
 export { ConnectionRecord, sessionStore } from "./SessionStore.ts"
 

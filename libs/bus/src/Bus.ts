@@ -7,6 +7,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 
@@ -77,6 +78,20 @@ export interface BusShape {
     data: Uint8Array | string,
     options?: RequestOptions
   ) => Effect.Effect<BusMessage, NoResponders | RequestTimeout | BusError>
+  /**
+   * `request` with a callback, for the hot paths of a handshake (the edge's open of a connection,
+   * its token check): a request in flight holds only the callback and the adapter's own state. A
+   * fiber awaiting `request` held itself, its context and its continuations for as long as the
+   * answer took, long enough for a scavenge to promote them, and every handshake left them behind
+   * in the old generation (issue 29). `onResult` is called once, never before this returns; the
+   * function returned cancels the request (its callback is then never called).
+   */
+  readonly unsafeRequest: (
+    subject: string,
+    data: Uint8Array | string,
+    options: RequestOptions | undefined,
+    onResult: (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => void
+  ) => () => void
   /** Answers a request; does nothing for a message that carries no reply subject. */
   readonly respond: (message: BusMessage, data: Uint8Array | string, headers?: Headers) => Effect.Effect<void, BusError>
   /**

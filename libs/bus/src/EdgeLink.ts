@@ -8,6 +8,7 @@ import { type Edge, Envelope, Host } from "@switchboard/protocol"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import type * as Exit from "effect/Exit"
 import { Bus, type BusMessage, type BusShape, text } from "./Bus.ts"
 import * as Peer from "./Peer.ts"
 import * as Subjects from "./Subjects.ts"
@@ -65,6 +66,21 @@ export const requestOpen = (
 ) =>
   // Built from what the edge checked itself: no validation on construction.
   opens.callOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout })
+
+/**
+ * `requestOpen` with a callback, as the edge asks for every socket: no fiber waits the moments
+ * until the actor listens (see the Bus port's `unsafeRequest`). `onExit` is called once, never
+ * before this returns.
+ */
+export const unsafeRequestOpen = (
+  bus: BusShape,
+  service: Subjects.ServiceName,
+  conn: Subjects.ConnId,
+  edge: Subjects.EdgeId,
+  event: Edge.OpenEvent,
+  timeout: Duration.DurationInput,
+  onExit: (exit: Exit.Exit<void, Host.OpenRefused | Peer.PeerTimeout | Peer.PeerUnavailable>) => void
+): void => void opens.unsafeCallOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout }, onExit)
 
 /**
  * A frame as the actor reads it: its text is decoded, and its envelope read, only when asked. A

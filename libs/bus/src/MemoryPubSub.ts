@@ -5,6 +5,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import { randomUUID } from "node:crypto"
 import { acquireReleaseSync } from "./ActorResource.ts"
@@ -57,6 +58,17 @@ class MemorySubscription implements Subscription {
   ) {}
   get drain() {
     return Effect.sync(() => this.remove(this.subscriber))
+  }
+}
+
+type RequestResult = Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>
+
+/** A request's callback: one that throws is a bug in its caller, and must not stop the bus or the process. */
+const tell = (onResult: (result: RequestResult) => void, result: RequestResult, subject: string) => {
+  try {
+    onResult(result)
+  } catch (cause) {
+    console.error(`embedded bus: the callback of a request to ${subject} threw`, cause)
   }
 }
 
@@ -178,36 +190,47 @@ export const makeBus = (): BusShape => {
       subscribe(subject, (m) => void emit.single(m), options)
     )
 
+  // One callback and one timer, not a fiber racing a sleep: a request in flight holds only these
+  // (a handshake asks twice, and thousands of handshakes may be in flight at once).
+  const unsafeRequest: BusShape["unsafeRequest"] = (subject, data, options, onResult) => {
+    let failed: NoResponders | BusError | undefined
+    if (matching(subject).length === 0) failed = new NoResponders({ subject })
+    else if (isClosed) failed = closed()
+    if (failed !== undefined) {
+      // Told on the next microtask, as an answer would be: the caller is never re-entered.
+      const why = failed
+      let cancelled = false
+      queueMicrotask(() => cancelled || tell(onResult, Either.left(why), subject))
+      return () => void (cancelled = true)
+    }
+    const timeout = options?.timeout ?? DEFAULT_REQUEST_TIMEOUT
+    // The inbox goes as the answer arrives or the time is up: an inbox left in `exact` kept its
+    // handler, the waiting callback and the answer.
+    const s: Subscriber = {
+      subject: `_INBOX.${randomUUID()}`,
+      queue: undefined,
+      handler: (m) => {
+        clearTimeout(timer)
+        remove(s)
+        tell(onResult, Either.right(m), subject)
+      }
+    }
+    const timer = setTimeout(() => {
+      remove(s)
+      tell(onResult, Either.left(new RequestTimeout({ subject, timeout: Duration.decode(timeout) })), subject)
+    }, Duration.toMillis(timeout))
+    add(s)
+    unsafePublish(subject, data, options?.headers, s.subject)
+    return () => {
+      clearTimeout(timer)
+      remove(s)
+    }
+  }
+
   const request: BusShape["request"] = (subject, data, options) =>
-    Effect.suspend((): Effect.Effect<BusMessage, NoResponders | RequestTimeout> => {
-      if (matching(subject).length === 0) return Effect.fail(new NoResponders({ subject }))
-      const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
-      const inbox = `_INBOX.${randomUUID()}`
-      // One callback and one timer, not a fiber racing a sleep: a request in flight holds only
-      // these (a handshake asks twice, and thousands of handshakes may be in flight at once).
-      return Effect.async<BusMessage, RequestTimeout>((resume) => {
-        // The inbox goes as the answer arrives or the time is up: an inbox left in `exact` kept its
-        // handler, the waiting fiber and the answer.
-        const s: Subscriber = {
-          subject: inbox,
-          queue: undefined,
-          handler: (m) => {
-            clearTimeout(timer)
-            remove(s)
-            resume(Effect.succeed(m))
-          }
-        }
-        const timer = setTimeout(() => {
-          remove(s)
-          resume(Effect.fail(new RequestTimeout({ subject, timeout })))
-        }, Duration.toMillis(timeout))
-        add(s)
-        unsafePublish(subject, data, options?.headers, inbox)
-        return Effect.sync(() => {
-          clearTimeout(timer)
-          remove(s)
-        })
-      })
+    Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => {
+      const cancel = unsafeRequest(subject, data, options, resume)
+      return Effect.sync(cancel)
     })
 
   const respond: BusShape["respond"] = (message, data, headers) =>
@@ -221,5 +244,5 @@ export const makeBus = (): BusShape => {
     wildcard.length = 0
   })
 
-  return { publish, unsafePublish, subscribe, stream, request, respond, flush: Effect.void, drain, shared: false, isConnected: () => !isClosed, onReconnect: () => Effect.void }
+  return { publish, unsafePublish, subscribe, stream, request, unsafeRequest, respond, flush: Effect.void, drain, shared: false, isConnected: () => !isClosed, onReconnect: () => Effect.void }
 }

@@ -62,7 +62,12 @@ export const connection = (options: NatsOptions) =>
           name: options.name ?? "switchboard",
           maxReconnectAttempts: -1,
           reconnectTimeWait: 250,
-          pingInterval: 10_000
+          pingInterval: 10_000,
+          // Otherwise nats.js makes two errors per request up front (a RequestError and a
+          // TimeoutError, each with its stack) for a trace of where it was asked: about 0.5 KB of
+          // every handshake's requests, kept until the answer and so promoted (issue 29). The
+          // adapters map every failure to a typed error of their own, which never shows that trace.
+          noAsyncTraces: true
         }),
       catch: busError("Connect", `cannot connect to NATS at ${options.servers.join(",")}`)
     }),

@@ -12,6 +12,7 @@ import {
 } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import { acquireReleaseSync } from "./ActorResource.ts"
 import {
@@ -42,7 +43,7 @@ const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
     out ??= new FrozenHeaders()
     out.set(k, h[k]!)
   }
-  if (out !== undefined) converted.set(h, out)
+  if (out !== undefined) converted.set(h, out.freeze())
   return out
 }
 
@@ -126,21 +127,48 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
   const stream: BusShape["stream"] = (subject, options) =>
     Stream.asyncScoped<BusMessage, BusError>((emit) => subscribe(subject, (m) => void emit.single(m), options))
 
-  const request: BusShape["request"] = (subject, data, options) => {
-    const timeout = Duration.decode(options?.timeout ?? DEFAULT_REQUEST_TIMEOUT)
-    const h = toNatsHeaders(options?.headers)
-    return Effect.tryPromise({
-      try: () =>
-        nc.request(prefix + subject, data, { timeout: Duration.toMillis(timeout), ...(h === undefined ? {} : { headers: h }) }),
-      catch: (e): NoResponders | RequestTimeout | BusError => {
-        if (e instanceof RequestError && e.isNoResponders()) return new NoResponders({ subject })
-        if (e instanceof TimeoutError || (e instanceof RequestError && e.cause instanceof TimeoutError)) {
-          return new RequestTimeout({ subject, timeout })
-        }
-        return busError("Publish", `request to ${subject} failed`)(e)
-      }
-    }).pipe(Effect.map((msg): BusMessage => new NatsMessage(msg, subject)))
+  /** Why a request got no answer, as the port names it. */
+  const requestFailure = (subject: string, timeout: Duration.DurationInput, e: unknown): NoResponders | RequestTimeout | BusError => {
+    if (e instanceof RequestError && e.isNoResponders()) return new NoResponders({ subject })
+    if (e instanceof TimeoutError || (e instanceof RequestError && e.cause instanceof TimeoutError)) {
+      return new RequestTimeout({ subject, timeout: Duration.decode(timeout) })
+    }
+    return busError("Publish", `request to ${subject} failed`)(e)
   }
+
+  // nats.js answers a request with a promise; this is the one callback on it, with no fiber.
+  const unsafeRequest: BusShape["unsafeRequest"] = (subject, data, options, onResult) => {
+    const timeout = options?.timeout ?? DEFAULT_REQUEST_TIMEOUT
+    const h = toNatsHeaders(options?.headers)
+    let live = true
+    let asked: Promise<Msg>
+    try {
+      asked = nc.request(prefix + subject, data, { timeout: Duration.toMillis(timeout), ...(h === undefined ? {} : { headers: h }) })
+    } catch (e) {
+      asked = Promise.reject(e)
+    }
+    const tell = (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => {
+      if (!live) return
+      try {
+        onResult(result)
+      } catch (cause) {
+        // A throwing callback is a bug in its caller; as on the embedded bus, it must not become
+        // an unhandled rejection that ends the process.
+        console.error(`nats bus: the callback of a request to ${subject} threw`, cause)
+      }
+    }
+    void asked.then(
+      (msg) => tell(Either.right(new NatsMessage(msg, subject))),
+      (e: unknown) => tell(Either.left(requestFailure(subject, timeout, e)))
+    )
+    return () => void (live = false)
+  }
+
+  const request: BusShape["request"] = (subject, data, options) =>
+    Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => {
+      const cancel = unsafeRequest(subject, data, options, resume)
+      return Effect.sync(cancel)
+    })
 
   const respond: BusShape["respond"] = (message, data, headers) => {
     const reply = message.reply
@@ -160,6 +188,7 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
     subscribe,
     stream,
     request,
+    unsafeRequest,
     respond,
     flush,
     drain,

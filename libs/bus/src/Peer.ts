@@ -20,7 +20,7 @@ import * as FiberSet from "effect/FiberSet"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import { Bus, type BusError, type BusMessage, type BusShape, type Headers, type Subscription, text, toBytes } from "./Bus.ts"
+import { Bus, type BusError, type BusMessage, type BusShape, type Headers, type NoResponders, type RequestTimeout, type Subscription, text, toBytes } from "./Bus.ts"
 import * as Subjects from "./Subjects.ts"
 
 /** An ask got no answer in time: the actor is busy, gone without a word, or never answers. */
@@ -277,24 +277,31 @@ export class Protocol<M extends Message> implements Codec {
     return this.request(bus, subject, request, this.headers(request._tag, options?.traceparent), timeout)
   }
 
+  /**
+   * `callOn` with a callback, for a handshake's hot paths: no fiber waits for the answer (see the
+   * Bus port's `unsafeRequest`). `onExit` is called once, never before this returns; the function
+   * returned cancels the call.
+   */
+  unsafeCallOn<Req extends Ask<M>>(
+    bus: BusShape,
+    subject: string,
+    request: Req,
+    options: AskOptions | undefined,
+    onExit: (exit: Exit.Exit<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable>) => void
+  ): () => void {
+    const timeout = options?.timeout === undefined ? DEFAULT_TIMEOUT : Duration.decode(options.timeout)
+    return bus.unsafeRequest(subject, this.encode(request), { headers: this.headers(request._tag, options?.traceparent), timeout }, (result) =>
+      onExit(
+        Either.isLeft(result)
+          ? Exit.fail(peerFailure(result.left, subject, request._tag, timeout))
+          : answerOf(result.right, subject, request)
+      ))
+  }
+
   private request<Req extends Ask<M>>(bus: BusShape, subject: string, request: Req, headers: Headers, timeout: Duration.Duration) {
-    const tag = request._tag
     return bus.request(subject, this.encode(request), { headers, timeout }).pipe(
-      Effect.mapError((e): PeerTimeout | PeerUnavailable => {
-        switch (e._tag) {
-          case "RequestTimeout":
-            return new PeerTimeout({ to: subject, tag, timeout })
-          case "NoResponders":
-            return new PeerUnavailable({ reason: "NoResponders", to: subject, tag, cause: e })
-          case "BusError":
-            return new PeerUnavailable({ reason: "Bus", to: subject, tag, cause: e })
-        }
-      }),
-      Effect.flatMap((answer) => {
-        const exit = exitCodec(exitSchemaOfRequest(request)).decode(text(answer))
-        if (Either.isLeft(exit)) return Effect.fail(new PeerUnavailable({ reason: "Malformed", to: subject, tag, cause: exit.left }))
-        return exit.right as Exit.Exit<Success<Req>, Failure<Req>>
-      })
+      Effect.mapError((e) => peerFailure(e, subject, request._tag, timeout)),
+      Effect.flatMap((answer) => answerOf(answer, subject, request))
     )
   }
 
@@ -349,6 +356,29 @@ export class Protocol<M extends Message> implements Codec {
       }, options)
     })
   }
+}
+
+/** Why an ask got no answer, from why its bus request did not. */
+const peerFailure = (e: NoResponders | RequestTimeout | BusError, to: string, tag: string, timeout: Duration.Duration): PeerTimeout | PeerUnavailable => {
+  switch (e._tag) {
+    case "RequestTimeout":
+      return new PeerTimeout({ to, tag, timeout })
+    case "NoResponders":
+      return new PeerUnavailable({ reason: "NoResponders", to, tag, cause: e })
+    case "BusError":
+      return new PeerUnavailable({ reason: "Bus", to, tag, cause: e })
+  }
+}
+
+/** The answer to `request` as its exit Schema decodes it; one that does not decode is `Malformed`. */
+const answerOf = <Req extends Schema.TaggedRequest.All>(
+  answer: BusMessage,
+  to: string,
+  request: Req
+): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
+  const exit = exitCodec(exitSchemaOfRequest(request)).decode(text(answer))
+  if (Either.isLeft(exit)) return Exit.fail(new PeerUnavailable({ reason: "Malformed", to, tag: request._tag, cause: exit.left }))
+  return exit.right as Exit.Exit<Success<Req>, Failure<Req>>
 }
 
 const replyOver = (bus: BusShape, subject: string | undefined): ReplyTo =>

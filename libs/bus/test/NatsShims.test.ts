@@ -67,6 +67,20 @@ it.scopedLive("each shim gives what nats.js's public path gives", () =>
     }
     expect([...frozen.encode()]).toEqual([...plain.encode()])
     expect(frozen.encode()).toBe(frozen.encode())
+    // Frozen, it keeps only that wire form, refuses changes, and still publishes every header.
+    const wire = [...frozen.encode()]
+    expect(frozen.freeze().size()).toBe(0)
+    expect([...frozen.encode()]).toEqual(wire)
+    expect(() => frozen.set("sb-op", "frame")).toThrow("frozen headers cannot change")
+    const published = yield* Effect.promise(() => {
+      const subject = `shims.${Math.random().toString(36).slice(2)}`
+      const received = new Promise<Msg>((resolve) => nc.subscribe(subject, { max: 1, callback: (_, m) => resolve(m) }))
+      return nc.flush().then(() => {
+        nc.publish(subject, "payload", { headers: frozen })
+        return received
+      })
+    })
+    expect([published.headers?.get("sb-op"), published.headers?.get("sb-conn")]).toEqual(["deliver", "c1"])
 
     // The raw header block holds every header nats.js parses, and is empty without headers.
     const withHeaders = yield* roundTrip(nc, { "sb-op": "frame", "sb-conn": "c2" })

@@ -8,10 +8,14 @@ import { describe, expect, layer } from "@effect/vitest"
 import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Cause from "effect/Cause"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
@@ -214,6 +218,31 @@ const suite = <R, E>(name: string, shared: Layer.Layer<R, E>, twoHosts: TwoHosts
           // The server knows the subscription before the other connection asks.
           yield* a.bus.flush
           expect(yield* deadline(peers.call(subject, new Double({ n: 1 })).pipe(Effect.provideService(Bus, b.bus)))).toBe(2)
+        }))
+
+      it.scoped("unsafeCallOn answers with a callback, once: typed success, typed failure, nobody listens, no answer in time", () =>
+        Effect.gen(function*() {
+          const { a, b } = yield* setup
+          const subject = `peer.${randomUUID()}`
+          yield* peers.serve(subject, (message, reply) => {
+            if (message._tag !== "Double") return
+            return message.n < 0 ? reply(message).fail(new Refused({ why: "negative" })) : reply(message).succeed(message.n + 1)
+          }).pipe(Effect.provideService(Bus, a.bus))
+          yield* a.bus.flush
+          const call = <Req extends Double | Silent>(to: string, request: Req, timeout: Duration.DurationInput) =>
+            Effect.gen(function*() {
+              const exits = yield* Queue.unbounded<Exit.Exit<Peer.Success<Req>, Peer.Failure<Req> | Peer.PeerTimeout | Peer.PeerUnavailable>>()
+              peers.unsafeCallOn(b.bus, to, request, { timeout }, (exit) => Queue.unsafeOffer(exits, exit))
+              return yield* deadline(Queue.take(exits))
+            })
+          expect(yield* call(subject, new Double({ n: 1 }), "5 seconds")).toEqual(Exit.succeed(2))
+          const refused = yield* call(subject, new Double({ n: -1 }), "5 seconds")
+          expect(Exit.isFailure(refused) && Cause.failureOption(refused.cause).pipe(Option.map((e) => e._tag), Option.getOrNull)).toBe("Refused")
+          const nobody = yield* call(`peer.${randomUUID()}`, new Double({ n: 1 }), "5 seconds")
+          expect(Exit.isFailure(nobody) && Cause.failureOption(nobody.cause).pipe(Option.map((e) => e._tag === "PeerUnavailable" && e.reason), Option.getOrNull)).toBe("NoResponders")
+          // The server ignores Silent: no answer.
+          const silent = yield* call(subject, new Silent(), "200 millis")
+          expect(Exit.isFailure(silent) && Cause.failureOption(silent.cause).pipe(Option.map((e) => e._tag), Option.getOrNull)).toBe("PeerTimeout")
         }))
     })
   })

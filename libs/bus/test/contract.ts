@@ -14,7 +14,7 @@ import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import * as Fiber from "effect/Fiber"
 import * as Scope from "effect/Scope"
-import { Bus, type BusMessage, text } from "../src/Bus.ts"
+import { Bus, type BusError, type BusMessage, type NoResponders, type RequestOptions, type RequestTimeout, text } from "../src/Bus.ts"
 import { Journal, type JournalLog, type JournalSpec, type ReadOptions } from "../src/Journal.ts"
 import { Kv } from "../src/Kv.ts"
 
@@ -182,6 +182,73 @@ export const contract = <R, E>(name: string, shared: Layer.Layer<R, E>, makeLaye
               const late = yield* Effect.either(bus.request(inbox, "late", { timeout: "1 second" }))
               expect(Either.isLeft(late) && late.left._tag).toBe("NoResponders")
             }
+          })
+        ))
+
+      it.scoped("answers a request with a callback, called once and never before it returns: answer, no responders, timeout", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            yield* bus.subscribe("echo", (m) => void Effect.runFork(bus.respond(m, `re:${text(m)}`, { "x-from": "echo" })), { queue: "q" })
+            yield* bus.subscribe("silent", () => undefined)
+            /** The results of one callback request, in a queue, and whether any came before it returned. */
+            const ask = (subject: string, data: string, options?: RequestOptions) =>
+              Effect.gen(function*() {
+                const results = yield* Queue.unbounded<Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>>()
+                let returned = false
+                let early = false
+                bus.unsafeRequest(subject, data, options, (result) => {
+                  if (!returned) early = true
+                  Queue.unsafeOffer(results, result)
+                })
+                returned = true
+                const first = yield* Queue.take(results).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no callback for ${subject}`) }))
+                return { first, results, early: () => early }
+              })
+
+            const answered = yield* ask("echo", "ping", { headers: { "x-to": "echo" } })
+            expect(answered.early()).toBe(false)
+            expect(Either.isRight(answered.first) && text(answered.first.right)).toBe("re:ping")
+            expect(Either.isRight(answered.first) && answered.first.right.header("x-from")).toBe("echo")
+
+            const none = yield* ask("nobody.home", "?", { timeout: "2 seconds" })
+            expect(none.early()).toBe(false)
+            expect(Either.isLeft(none.first) && none.first.left._tag).toBe("NoResponders")
+
+            const slow = yield* ask("silent", "?", { timeout: "200 millis" })
+            expect(slow.early()).toBe(false)
+            expect(Either.isLeft(slow.first) && slow.first.left._tag).toBe("RequestTimeout")
+
+            // Once each: a second answer or a late timer would be a second result. The echo's
+            // answer was in before the two later requests were asked, and the timeout is past.
+            for (const { results } of [answered, none, slow]) expect(yield* Queue.size(results)).toBe(0)
+          })
+        ))
+
+      it.scoped("a cancelled callback request is never answered, and stops listening on its reply subject", () =>
+        withBus(
+          Effect.gen(function*() {
+            const bus = yield* Bus
+            const asked = yield* Queue.unbounded<BusMessage>()
+            yield* bus.subscribe("held", (m) => void Queue.unsafeOffer(asked, m))
+            let called = 0
+            const cancel = bus.unsafeRequest("held", "?", { timeout: "300 millis" }, () => called++)
+            const request = yield* Queue.take(asked).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the request never arrived") }))
+            cancel()
+            // Answered after the cancel, and past its timeout: neither reaches the callback.
+            yield* bus.respond(request, "too late")
+            const inbox = request.reply
+            expect(inbox).toBeDefined()
+            if (inbox !== undefined) {
+              const late = yield* Effect.either(bus.request(inbox, "late", { timeout: "1 second" }))
+              expect(Either.isLeft(late) && late.left._tag).toBe("NoResponders")
+            }
+            // A request that times out after the cancelled one's timer would have fired: by then
+            // the cancelled one's timer is past too.
+            yield* bus.subscribe("silent", () => undefined)
+            const after = yield* Effect.either(bus.request("silent", "?", { timeout: "600 millis" }))
+            expect(Either.isLeft(after) && after.left._tag).toBe("RequestTimeout")
+            expect(called).toBe(0)
           })
         ))
 

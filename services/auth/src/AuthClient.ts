@@ -7,8 +7,11 @@ import { Bus, Peer, Subjects } from "@switchboard/bus"
 import { Auth } from "@switchboard/protocol"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Verdicts from "./Verdicts.ts"
 
@@ -28,6 +31,12 @@ export class AuthUnavailable extends Data.TaggedError("AuthUnavailable")<{ reado
 
 export interface AuthClientShape {
   readonly verify: (token: string) => Effect.Effect<Auth.Claims, AuthFailed | AuthUnavailable>
+  /**
+   * `verify` with a callback, for the edge's check of every upgrade: no fiber waits for the auth
+   * service (see the Bus port's `unsafeRequest`). `onVerdict` is called once: at once when the
+   * verdict is kept, else when the answer comes. The function returned cancels the check.
+   */
+  readonly unsafeVerify: (token: string, onVerdict: (verdict: Exit.Exit<Auth.Claims, AuthFailed | AuthUnavailable>) => void) => () => void
   /**
    * The claims of a token verified moments ago and not expired since, without waiting: a hot path
    * (an HTTP request per call) checks this first and goes to `verify` only when it says nothing.
@@ -55,18 +64,14 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
   AuthClient,
   Effect.gen(function*() {
     const bus = yield* Bus.Bus
-    const ask = (token: string) =>
-      authPeers.callOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }).pipe(
-        Effect.catchTags({
-          TokenRefused: (e) => new AuthFailed({ reason: e.reason }),
-          PeerTimeout: (e) => new AuthUnavailable({ reason: "auth service unavailable (no answer in time)", cause: e }),
-          PeerUnavailable: (e) =>
-            new AuthUnavailable({
-              reason: e.reason === "Malformed" ? "malformed auth reply" : `auth service unavailable (${e.reason === "NoResponders" ? "NoResponders" : "bus failed"})`,
-              cause: e
-            })
+    /** Why the auth service's answer is no verdict, as callers read it. */
+    const unavailable = (e: Peer.PeerTimeout | Peer.PeerUnavailable) =>
+      e._tag === "PeerTimeout"
+        ? new AuthUnavailable({ reason: "auth service unavailable (no answer in time)", cause: e })
+        : new AuthUnavailable({
+          reason: e.reason === "Malformed" ? "malformed auth reply" : `auth service unavailable (${e.reason === "NoResponders" ? "NoResponders" : "bus failed"})`,
+          cause: e
         })
-      )
     // Only verdicts are kept, never "unavailable", and a kept token is still checked against its
     // own expiry. Expired verdicts are swept every 30 s, since every token ever presented (each
     // participant of a busy room has its own) would otherwise stay until it is asked for again.
@@ -86,24 +91,37 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
       return undefined
     }
     const known = (token: string) => kept(Verdicts.digest(token))
-    const verify = (token: string) =>
-      Effect.suspend((): Effect.Effect<Auth.Claims, AuthFailed | AuthUnavailable> => {
-        const key = Verdicts.digest(token)
-        const claims = kept(key)
-        if (claims !== undefined) return Effect.succeed(claims)
-        const reason = refused.get(key)
-        if (reason !== undefined) return Effect.fail(new AuthFailed({ reason }))
-        return ask(token).pipe(
-          Effect.tapBoth({
-            onSuccess: (claims) => Effect.sync(() => good.set(key, claims)),
-            onFailure: (e) =>
-              Effect.sync(() => {
-                if (e._tag === "AuthFailed") refused.set(key, e.reason)
-              })
-          }),
-          Effect.filterOrFail((claims) => !expired(claims), () => new AuthFailed({ reason: "token expired" }))
-        )
+    const noCheck = () => undefined
+    const unsafeVerify: AuthClientShape["unsafeVerify"] = (token, onVerdict) => {
+      const key = Verdicts.digest(token)
+      const claims = kept(key)
+      if (claims !== undefined) {
+        onVerdict(Exit.succeed(claims))
+        return noCheck
+      }
+      const reason = refused.get(key)
+      if (reason !== undefined) {
+        onVerdict(Exit.fail(new AuthFailed({ reason })))
+        return noCheck
+      }
+      return authPeers.unsafeCallOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }, (exit) => {
+        if (Exit.isSuccess(exit)) {
+          good.set(key, exit.value)
+          return onVerdict(expired(exit.value) ? Exit.fail(new AuthFailed({ reason: "token expired" })) : Exit.succeed(exit.value))
+        }
+        const failure = Cause.failureOption(exit.cause)
+        if (Option.isNone(failure)) return onVerdict(exit as Exit.Exit<never, never>)
+        const e = failure.value
+        if (e._tag !== "TokenRefused") return onVerdict(Exit.fail(unavailable(e)))
+        refused.set(key, e.reason)
+        onVerdict(Exit.fail(new AuthFailed({ reason: e.reason })))
       })
-    return { verify, known }
+    }
+    const verify = (token: string) =>
+      Effect.async<Auth.Claims, AuthFailed | AuthUnavailable>((resume) => {
+        const cancel = unsafeVerify(token, resume)
+        return Effect.sync(cancel)
+      })
+    return { verify, unsafeVerify, known }
   })
 )

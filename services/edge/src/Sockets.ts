@@ -4,12 +4,14 @@
  * consumers and the close. Plain callbacks on purpose: this runs once per frame, and an Effect per
  * frame would cost more than the relay itself.
  */
-import { Actors, Bus, RateBudget, Subjects } from "@switchboard/bus"
-import { type Auth, Edge as EdgeProtocol, Envelope } from "@switchboard/protocol"
+import { Actors, Bus, type Peer, RateBudget, Subjects } from "@switchboard/bus"
+import { type Auth, Edge as EdgeProtocol, Envelope, type Host } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
 import * as Duration from "effect/Duration"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
@@ -262,33 +264,47 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
      * The socket waits `openTimeout` for its service and is then closed 1013. The answer is still
      * awaited a while: a replica that made the actor late (or whose answer was lost) is told
      * "closed" once it answers, so that actor ends instead of living on for a socket that is gone.
+     * A callback, not a fiber: a fiber per socket waiting for its service outlived a scavenge and
+     * was old-generation garbage of every handshake (issue 29).
      */
     const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) => {
-      const giveUp = (reason: string) => {
-        closeSocket(s, CloseCode.TryAgainLater, reason)
-        tellClosed(s, CloseCode.TryAgainLater, reason)
-      }
       const patience = setTimeout(() => {
-        if (s.state === "opening") giveUp(`${s.route.service} service did not answer`)
+        if (s.state === "opening") giveUp(s, `${s.route.service} service did not answer`)
       }, openMillis)
-      return Actors.requestOpen(bus, s.route.service, s.id, edgeId, event, openMillis * LATE_ANSWERS).pipe(
-        Effect.ensuring(Effect.sync(() => clearTimeout(patience))),
-        Effect.match({
-          onFailure: (e) => {
-            if (e._tag === "OpenRefused") return closeSocket(s, e.code, e.reason)
-            if (e._tag === "PeerUnavailable" && e.reason === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
-            if (e._tag === "PeerTimeout") return giveUp(`${s.route.service} service did not answer`)
-            closeSocket(s, CloseCode.InternalError, "could not start the session")
-            tellClosed(s, CloseCode.InternalError, "could not start the session")
-          },
-          onSuccess: () => {
-            if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
-            s.state = "open"
-            // Held before the answer reached us: the frames wait for the hand-off's release.
-            if (s.held === undefined) flush(s)
-          }
-        })
-      )
+      Actors.unsafeRequestOpen(bus, s.route.service, s.id, edgeId, event, openMillis * LATE_ANSWERS, (exit) => {
+        clearTimeout(patience)
+        try {
+          opened(s, exit)
+        } catch (cause) {
+          socketFailed(s, "open", cause)
+        }
+      })
+    }
+
+    const giveUp = (s: Socket, reason: string) => {
+      closeSocket(s, CloseCode.TryAgainLater, reason)
+      tellClosed(s, CloseCode.TryAgainLater, reason)
+    }
+
+    /** The service's answer to a socket's open. */
+    const opened = (s: Socket, exit: Exit.Exit<void, Host.OpenRefused | Peer.PeerTimeout | Peer.PeerUnavailable>) => {
+      if (Exit.isSuccess(exit)) {
+        if (s.closedWith !== undefined) return tellClosed(s, s.closedWith[0], s.closedWith[1])
+        s.state = "open"
+        // Held before the answer reached us: the frames wait for the hand-off's release.
+        if (s.held === undefined) flush(s)
+        return
+      }
+      const failure = Cause.failureOption(exit.cause)
+      const e = Option.isSome(failure) ? failure.value : undefined
+      if (e?._tag === "OpenRefused") return closeSocket(s, e.code, e.reason)
+      if (e?._tag === "PeerUnavailable" && e.reason === "NoResponders") return closeSocket(s, CloseCode.TryAgainLater, `${s.route.service} service unavailable`)
+      if (e?._tag === "PeerTimeout") return giveUp(s, `${s.route.service} service did not answer`)
+      // An answer that says the service died: the fiber that awaited it died too, and left the
+      // socket opening for good. Logged, and closed as any failed start.
+      if (e === undefined) logCaught("edge: the service failed to open a socket", Cause.squash(exit.cause), socketLog(s))
+      closeSocket(s, CloseCode.InternalError, "could not start the session")
+      tellClosed(s, CloseCode.InternalError, "could not start the session")
     }
 
     const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
@@ -339,7 +355,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
         ...(claims === undefined ? {} : { claims })
       }
-      runFork(startSession(s, event))
+      startSession(s, event)
     }
 
     const closeAll = (doing: string, code: number, reason: string) => Effect.suspend(() => {

@@ -8,7 +8,8 @@ import { ConnectionLimit } from "@switchboard/bus"
 import type { Auth } from "@switchboard/protocol"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
@@ -152,26 +153,22 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       }
       const tooLong = tokenTooLong(token, options.maxTokenBytes)
       if (tooLong !== undefined) return refuse(req, socket, 401, `invalid token: ${tooLong}`)
-      runFork(
-        auth.verify(token).pipe(
-          Effect.either,
-          Effect.flatMap((verdict) =>
-            Effect.sync(() =>
-              Either.match(verdict, {
-                onLeft: (e) =>
-                  refuse(req, socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason),
-                onRight: (claims) => acceptVerified(req, socket, head, url, route, claims)
-              })
-            )
-          ),
-          Effect.catchAllCause((cause) =>
-            Effect.sync(() => {
-              logCaught("edge: upgrade failed after the token check", Cause.squash(cause), requestLog(req))
-              refuse(req, socket, 500, "internal error")
-            })
-          )
-        )
-      )
+      // A callback, not a fiber: a fiber per upgrade waiting for the auth service outlived a
+      // scavenge and was old-generation garbage of every handshake (issue 29).
+      auth.unsafeVerify(token, (verdict) => {
+        try {
+          if (Exit.isSuccess(verdict)) return acceptVerified(req, socket, head, url, route, verdict.value)
+          const failure = Cause.failureOption(verdict.cause)
+          if (Option.isSome(failure)) {
+            const e = failure.value
+            return refuse(req, socket, e._tag === "AuthFailed" ? 401 : 503, e._tag === "AuthFailed" ? `invalid token: ${e.reason}` : e.reason)
+          }
+          logCaught("edge: upgrade failed after the token check", Cause.squash(verdict.cause), requestLog(req))
+        } catch (cause) {
+          logCaught("edge: upgrade failed after the token check", cause, requestLog(req))
+        }
+        refuse(req, socket, 500, "internal error")
+      })
     }
 
     const onUpgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {

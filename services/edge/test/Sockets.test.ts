@@ -11,6 +11,7 @@ import { Telemetry } from "@switchboard/telemetry"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import { WebSocketServer } from "ws"
@@ -39,7 +40,9 @@ interface Seen {
  * `open` (after `gate`, when given), taking the connection unless told to `refuse`, and records
  * what arrives for its connections.
  */
-const setup = (options: { readonly refuse?: Host.OpenRefused; readonly gate?: Deferred.Deferred<void>; readonly noService?: boolean } = {}) =>
+const setup = (
+  options: { readonly refuse?: Host.OpenRefused; readonly gate?: Deferred.Deferred<void>; readonly noService?: boolean; readonly die?: boolean } = {}
+) =>
   Effect.gen(function*() {
     // A bus of its own for the test's scope, so that two in one test hear only their own.
     const bus = Context.get(yield* Layer.build(MemoryBus.layer), Bus.Bus)
@@ -56,7 +59,11 @@ const setup = (options: { readonly refuse?: Host.OpenRefused; readonly gate?: De
     if (options.noService !== true) {
       yield* Actors.opens.serve(Subjects.open(route.service), (request, replyTo) => {
         Queue.unsafeOffer(opens, request.conn)
-        const reply = options.refuse === undefined ? replyTo(request).succeed(undefined) : replyTo(request).fail(options.refuse)
+        const reply = options.die === true
+          ? replyTo(request).complete(Exit.die(new Error("the service's open died")))
+          : options.refuse === undefined
+          ? replyTo(request).succeed(undefined)
+          : replyTo(request).fail(options.refuse)
         return options.gate === undefined ? reply : Effect.zipRight(Deferred.await(options.gate), reply)
       }).pipe(Effect.provideService(Bus.Bus, bus))
     }
@@ -205,6 +212,16 @@ describe("the edge's socket I/O", () => {
 
       const nobody = yield* setup({ noService: true })
       expect(yield* closedWith(yield* connect(nobody.url))).toEqual({ code: 1013, reason: "echo service unavailable" })
+    }).pipe(Effect.provide(env)))
+
+  it.scopedLive("closes 1011 a socket whose service answers its open with a defect, and tells the service it closed", () =>
+    Effect.gen(function*() {
+      const io = yield* setup({ die: true })
+      const a = yield* connect(io.url)
+      const conn = yield* take(io.opens)
+      expect(yield* closedWith(a)).toEqual({ code: 1011, reason: "could not start the session" })
+      const told = yield* take(io.seen)
+      expect([told.op, told.conn, told.header(Subjects.Header.code)]).toEqual(["closed", conn, "1011"])
     }).pipe(Effect.provide(env)))
 
   it.scopedLive("tells the service a socket it answered too late for is closed, at the timeout and again at the late answer, so no late actor outlives it", () =>

@@ -20,7 +20,9 @@ export const installPooledEncoder = () => {
 
 /**
  * Headers that never change once built, so their wire form is encoded once, not per publish:
- * hot publishers reuse one header record per connection or kind.
+ * hot publishers reuse one header record per connection or kind. Once frozen they keep only that
+ * wire form: nats.js reads nothing but `encode()` of the headers it publishes, and the map of
+ * names to arrays of values was most of what every connection's cached headers held (issue 29).
  */
 export class FrozenHeaders extends MsgHdrsImpl {
   private encoded: Uint8Array | undefined
@@ -29,7 +31,23 @@ export class FrozenHeaders extends MsgHdrsImpl {
     // keep the whole 8 KiB slab alive.
     return (this.encoded ??= new Uint8Array(super.encode()))
   }
+  /** Encodes now and drops the parsed headers; nothing may be set after. */
+  freeze(): this {
+    this.encode()
+    this.headers = frozen
+    return this
+  }
+  override set(...args: Parameters<MsgHdrsImpl["set"]>): void {
+    if (this.encoded !== undefined) throw new Error("frozen headers cannot change")
+    super.set(...args)
+  }
+  override append(...args: Parameters<MsgHdrsImpl["append"]>): void {
+    if (this.encoded !== undefined) throw new Error("frozen headers cannot change")
+    super.append(...args)
+  }
 }
+/** What every frozen header set reads as once its wire form is made: nothing is set on it. */
+const frozen: Map<string, Array<string>> = new Map()
 
 /** What nats.js keeps of a received message before it parses anything. */
 interface RawMsg {
