@@ -5,7 +5,9 @@
  * WebSocket's, and the 50×10 throughput at least half of it. The same two clients against a plain
  * `ws` echo and a plain `node:http` echo measure the floor of those ratios in the same run: what
  * HTTP/1.1 costs against a WebSocket before Switchboard does anything (one request per connection
- * turn, one write per answer, where a socket batches ten in flight).
+ * turn, one write per answer, where a socket batches ten in flight). `hub-floor` (servers.ts) is
+ * the floor of the modern hub's own CPU target (issue 28): the same request parsed, one tab round
+ * trip on a WebSocket, the JSON response, and nothing else.
  */
 import * as Effect from "effect/Effect"
 import * as Http from "node:http"
@@ -94,13 +96,18 @@ const listed = async (agent: Http.Agent, url: URL, headers: Record<string, strin
   }
 }
 
+const MODERN_VERSION = "2026-07-28"
+const modernBase = (token: string) =>
+  ({ authorization: `Bearer ${token}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": MODERN_VERSION }) as const
+const MODERN_META = `"_meta":{"io.modelcontextprotocol/protocolVersion":"${MODERN_VERSION}","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}`
+
+/** What a modern tools/call carries: the same bytes to the hub and to its floor. */
+const modernCall = (token: string): Prepared => ({ headers: { ...modernBase(token), "mcp-method": "tools/call", "mcp-name": TOOL }, params: `,${MODERN_META}` })
+
 /** MCP 2026-07-28: no session, every request says its version and capabilities; only headers to prepare. */
 const modern = (token: string): Prepare => async (agent, url) => {
-  const version = "2026-07-28"
-  const base = { authorization: `Bearer ${token}`, accept: "application/json, text/event-stream", "content-type": "application/json", "mcp-protocol-version": version }
-  const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"${version}","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}`
-  await listed(agent, url, { ...base, "mcp-method": "tools/list" }, `{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{${meta}}}`)
-  return { headers: { ...base, "mcp-method": "tools/call", "mcp-name": TOOL }, params: `,${meta}` }
+  await listed(agent, url, { ...modernBase(token), "mcp-method": "tools/list" }, `{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{${MODERN_META}}}`)
+  return modernCall(token)
 }
 
 /** The plain echo needs nothing but the content type. */
@@ -170,7 +177,14 @@ export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   const plainHttpServer = yield* startServer("plain-http")
   const plainWs = yield* measure("hub-http", { name: "plain-ws-echo", server: [plainWsServer], load: { url: wsUrl(plainWsServer, "/") } })
   const plainHttp = yield* measureHttp("plain-http-echo", plainHttpServer, "/", noSession, onError)
-  report([...plainWs, ...plainHttp], { ratio_to_ws: "plain-ws-echo" })
+  // The hub call's own floor (servers.ts hub-floor): the modern request's bytes, a tab round trip.
+  const floorServer = yield* startServer("hub-floor")
+  yield* Effect.acquireRelease(
+    Effect.promise(() => benchTab(wsUrl(floorServer, "/tabs"), 1, "calls.bench.example.com", "echo")),
+    (ws) => Effect.sync(() => ws.terminate())
+  )
+  const floor = yield* measureHttp("hub-floor", floorServer, "/hub", () => Promise.resolve(modernCall(token)), onError)
+  report([...plainWs, ...plainHttp, ...floor], { ratio_to_ws: "plain-ws-echo", ratio_to_plain_http: "plain-http-echo" })
   const p50 = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "1x1")?.["p50_us"] ?? 0)
   const rate = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "50x10")?.["msgs_per_s"] ?? 0)
   const cpu = (lines: ReadonlyArray<ThroughputLine>) => Number(lines.find((l) => l.shape === "50x10")?.["server_cpu_us_per_msg"] ?? 0)
@@ -184,6 +198,10 @@ export const hubHttpSuite = Effect.scoped(Effect.gen(function*() {
   print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "p50_over_legacy_p50_1x1", ratio: round2(p50(stateless) / Math.max(1, p50(http))), target_at_most: 1 })
   print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "throughput_over_plain_http_50x10", ratio: round2(rate(stateless) / Math.max(1, rate(plainHttp))), target_at_least: 0.5 })
   print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "cpu_over_plain_http_50x10", ratio: round2(cpu(stateless) / Math.max(1, cpu(plainHttp))), target_at_most: 2 })
+  // How close to the CPU target a hub call can come at all: its floor against the echo, and the hub against its floor.
+  print({ suite: "hub-http", target: "hub-floor", measure: "cpu_over_plain_http_50x10", ratio: round2(cpu(floor) / Math.max(1, cpu(plainHttp))) })
+  print({ suite: "hub-http", target: "hub-floor", measure: "throughput_over_plain_http_50x10", ratio: round2(rate(floor) / Math.max(1, rate(plainHttp))) })
+  print({ suite: "hub-http", target: "hub-http-2026-07-28", measure: "cpu_over_hub_floor_50x10", ratio: round2(cpu(stateless) / Math.max(1, cpu(floor))) })
   // The same ratios between plain echoes: how close to the targets HTTP/1.1 itself can come here.
   ratios("plain-http-echo (floor)", plainHttp, plainWs)
   if (errors > 0) console.error(`warning: ${errors} calls were answered with an error; the figures are not comparable`)

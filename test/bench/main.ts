@@ -269,6 +269,8 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "  Its sockets are spread over load processes of at most 10,000 each (the descriptor limit here is 20,000).",
       "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
       "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",
+      "BENCH_HEAP_PROFILE=<dir> samples what every server process allocates (garbage included) over each measured window",
+      "  whose label holds BENCH_HEAP_WINDOW (default all), one sample per BENCH_HEAP_INTERVAL bytes (default 4096).",
       "IDLE_SOCKETS sets the idle suite's sockets per path (default 10000), IDLE_SOCKETS_PER_USER how many share a user (default 10),",
       "  IDLE_TOPIC_SIZE its /v0/ws participants per topic (default 20), IDLE_OPEN_SECONDS how long a path may take to open them (default 60),",
       "  IDLE_TARGETS which targets it measures (plain,embedded,distributed) and IDLE_PATHS which paths (/extension,/mcp,/hub,/tabs,/v0/ws; all by default),",

@@ -9,6 +9,7 @@ import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { appendFileSync, readdirSync, readFileSync } from "node:fs"
 import { basename, dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { freePort, HEAP_PROFILE, heapWindow, inspect } from "./heapSampling.ts"
 import { issueToken, SECRET } from "./tokens.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
@@ -48,9 +49,11 @@ const startProcess = (
   ready: ReadonlyArray<RegExp>
 ) =>
   Effect.acquireRelease(
+    Effect.flatMap(Effect.promise(() => (HEAP_PROFILE === undefined ? Promise.resolve(undefined) : freePort())), (inspectPort) =>
     Effect.async<Started, Error>((resume) => {
       const profile = PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]
-      const child = spawn(process.execPath, [...profile, "--enable-source-maps", bundle(file), ...args], {
+      const inspector = inspectPort === undefined ? [] : [`--inspect=127.0.0.1:${inspectPort}`]
+      const child = spawn(process.execPath, [...profile, ...inspector, "--enable-source-maps", bundle(file), ...args], {
         cwd: root,
         env: { ...baseEnv(), ...env },
         stdio: ["ignore", "pipe", "inherit"]
@@ -64,12 +67,17 @@ const startProcess = (
         waiting = false
         const port = ready.map((pattern) => pattern.exec(out)?.[1]).find((p) => p !== undefined)
         if (child.pid === undefined) return resume(Effect.fail(new Error(`${name} has no pid`)))
-        if (PROFILE !== undefined) appendFileSync(`${PROFILE}/processes.jsonl`, `${JSON.stringify({ pid: child.pid, name, readyAt: Date.now() })}\n`)
-        resume(Effect.succeed({ name, child, pid: child.pid, port: Number(port ?? 0) }))
+        const pid = child.pid
+        for (const dir of [PROFILE, HEAP_PROFILE]) {
+          if (dir !== undefined) appendFileSync(`${dir}/processes.jsonl`, `${JSON.stringify({ pid, name, readyAt: Date.now() })}\n`)
+        }
+        const started = { name, child, pid, port: Number(port ?? 0) }
+        if (inspectPort === undefined) return resume(Effect.succeed(started))
+        inspect(name, pid, inspectPort).then(() => resume(Effect.succeed(started)), (e: unknown) => resume(Effect.fail(new Error(`${name}: ${String(e)}`))))
       })
       child.once("error", (e) => resume(Effect.fail(e)))
       child.once("exit", (code) => resume(Effect.fail(new Error(`${name} exited with ${code} before it was ready:\n${out}`))))
-    }),
+    })),
     ({ child }) =>
       Effect.async<void>((resume) => {
         if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
@@ -139,14 +147,17 @@ export const measuredWindow = <S>(take: () => S, label: string) => {
   let opened = take()
   let closed = opened
   let endProfileWindow = (_label: string) => {}
+  let endHeapWindow = (_label: string) => {}
   return {
     onWindow: (edge: "open" | "close") => {
       if (edge === "open") {
+        endHeapWindow = heapWindow(label)
         opened = take()
         endProfileWindow = profileWindow()
       } else {
         closed = take()
         endProfileWindow(label)
+        endHeapWindow(label)
       }
     },
     opened: () => opened,

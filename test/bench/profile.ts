@@ -4,6 +4,8 @@
  * and teardown left out), as JSON lines of % of the process's busy samples: the top functions by
  * self time (any code, GC and native included as V8 names them), then the top functions of the
  * repository's own code by total time (itself and what it calls), which is where changes go.
+ * Given a BENCH_HEAP_PROFILE dir (heapSampling.ts), the same two lists for what each window's
+ * process allocated, in % of its sampled bytes, each with its MB over the window.
  *
  * A position V8 reports is mapped back to the TypeScript through a source map: the bundle's own
  * (the bench runs bundles), or, for a process run under tsx, the one tsx cached for that file (the
@@ -135,12 +137,16 @@ const load = (file: string, read: () => Compiled) => {
  */
 const compiledFor = (path: string, readyAt: number): Mapped | undefined => {
   if (path.endsWith(".js") && !path.includes("node_modules/")) {
-    try {
-      const map = JSON.parse(readFileSync(`${path}.map`, "utf8")) as Compiled["map"]
-      return load(path, () => ({ code: readFileSync(path, "utf8"), map: { ...map, sources: map.sources.map((s) => join(dirname(path), s)) } }))
-    } catch {
-      return undefined
+    // Read once per bundle (a heap profile names it in thousands of nodes), and a bundle without a map once too.
+    if (!loaded.has(path)) {
+      try {
+        const map = JSON.parse(readFileSync(`${path}.map`, "utf8")) as Compiled["map"]
+        load(path, () => ({ code: readFileSync(path, "utf8"), map: { ...map, sources: map.sources.map((s) => join(dirname(path), s)) } }))
+      } catch {
+        loaded.set(path, undefined)
+      }
     }
+    return loaded.get(path)
   }
   const versions = (compiled.get(path) ?? []).filter((v) => v.mtime <= readyAt).sort((a, b) => b.mtime - a.mtime)
   const version = versions[0]
@@ -226,6 +232,52 @@ for (const file of readdirSync(dir).filter((f) => f.endsWith(".cpuprofile")).sor
       if (frame === undefined) continue
       const { at, code } = place(frame, readyAt)
       console.log(JSON.stringify({ process: who, kind, pct: pct(n, busy), function: frame.functionName || "(anonymous)", at, ...(code === undefined ? {} : { code }) }))
+    }
+  }
+  print("self", self)
+  print("total", total)
+}
+
+// --- allocations (BENCH_HEAP_PROFILE) ------------------------------------------------------
+
+interface HeapNode {
+  readonly id: number
+  readonly callFrame: CallFrame
+  readonly selfSize: number
+  readonly children: ReadonlyArray<HeapNode>
+}
+
+for (const file of readdirSync(dir).filter((f) => f.endsWith(".heapprofile") && f.includes(labelFilter.replace(/\W+/g, "_"))).sort()) {
+  const head = (JSON.parse(readFileSync(join(dir, file), "utf8")) as { readonly head: HeapNode }).head
+  const pid = Number(/\.(\d+)\./.exec(file)?.[1] ?? 0)
+  const readyAt = started.get(pid)?.readyAt ?? statSync(join(dir, file)).mtimeMs
+  const keyOf = (frame: CallFrame) => `${frame.functionName}\t${frame.url}\t${frame.lineNumber}\t${frame.columnNumber}`
+  const frames = new Map<string, CallFrame>()
+  const self = new Map<string, number>()
+  const total = new Map<string, number>()
+  const addBytes = (counts: Map<string, number>, key: string, n: number) => counts.set(key, (counts.get(key) ?? 0) + n)
+  let bytes = 0
+  /** Depth first, with the repository's own functions on the path (each once). */
+  const visit = (node: HeapNode, ownPath: ReadonlyArray<string>) => {
+    const key = keyOf(node.callFrame)
+    frames.set(key, node.callFrame)
+    const path = ours(place(node.callFrame, readyAt).source) && !ownPath.includes(key) ? [...ownPath, key] : ownPath
+    if (node.selfSize > 0) {
+      bytes += node.selfSize
+      addBytes(self, key, node.selfSize)
+      for (const k of path) addBytes(total, k, node.selfSize)
+    }
+    for (const child of node.children) visit(child, path)
+  }
+  visit(head, [])
+  const who = `${started.get(pid)?.name ?? `pid ${pid}`} (${file})`
+  console.log(JSON.stringify({ process: who, allocated_mb: Math.round(bytes / 1e5) / 10 }))
+  const print = (kind: string, counts: Map<string, number>) => {
+    for (const [key, n] of [...counts].sort((a, b) => b[1] - a[1]).slice(0, top)) {
+      const frame = frames.get(key)
+      if (frame === undefined) continue
+      const { at, code } = place(frame, readyAt)
+      console.log(JSON.stringify({ process: who, kind: `alloc_${kind}`, pct: pct(n, bytes), mb: Math.round(n / 1e5) / 10, function: frame.functionName || "(anonymous)", at, ...(code === undefined ? {} : { code }) }))
     }
   }
   print("self", self)

@@ -6,6 +6,8 @@
  * - plain:  a `ws` echo server, the baseline.
  * - plain-http: a `node:http` echo server (keep-alive, each POST's body back as JSON), the floor
  *   of any request/response protocol on HTTP/1.1 here.
+ * - hub-floor: the least a `/hub` tools/call over HTTP must do, by hand in one process: parse the
+ *   POST, one frame to the tab on `/tabs` and its answer back, the JSON response written (issue 28).
  * - relay:  a hand-written ws → NATS → echo → NATS → ws relay, what a minimal bus hop costs.
  * - edge:   Switchboard's edge and the echo actor, on the embedded bus or on NATS_URL.
  * - naive-relay: the MCP proxy's id mapping by hand in one process, what the embedded proxy
@@ -28,7 +30,7 @@ import * as Http from "node:http"
 import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
-import { answer, batchedSender, isId, parseRecord } from "./frames.ts"
+import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
 
 const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
 const wsOptions = { port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 1024 * 1024 } as const
@@ -49,6 +51,51 @@ const plainHttp = () => {
     })
   })
   server.keepAliveTimeout = 60_000
+  server.listen(0, "127.0.0.1", () => ready((server.address() as { port: number }).port))
+}
+
+/**
+ * A tools/call over Streamable HTTP at its least: the POST's JSON parsed, `browser/executeTool` to
+ * the tab (the last socket on any path; the bench's tab) under an id of its own, the tab's answer
+ * parsed and its payload written back as the call's result. No auth, checks, bus or timers: the bus
+ * hop of the all-in-one is a function call, so this is the floor under the modern hub's CPU.
+ * Deliveries to the tab are corked over a turn, as the edge writes them.
+ */
+const hubFloor = () => {
+  let tab: ((data: string) => void) | undefined
+  const waiting = new Map<number, { readonly res: Http.ServerResponse; readonly id: string | number }>()
+  let next = 0
+  const respond = (res: Http.ServerResponse, status: number, body: string) =>
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
+  const server = Http.createServer((req, res) => {
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => {
+      const message = parseRecord(Buffer.concat(chunks))
+      const id = message?.["id"]
+      const params = message?.["params"]
+      if (!isId(id) || !isRecord(params)) return respond(res, 400, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"not a request"}}`)
+      if (tab === undefined) return respond(res, 503, `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"error":{"code":-32000,"message":"no tab"}}`)
+      const n = next++
+      waiting.set(n, { res, id })
+      tab(JSON.stringify({ jsonrpc: "2.0", id: n, method: "browser/executeTool", params: { toolName: params["name"], args: params["arguments"] } }))
+    })
+  })
+  server.keepAliveTimeout = 60_000
+  const wss = new WebSocketServer({ server, perMessageDeflate: false, maxPayload: wsOptions.maxPayload })
+  wss.on("connection", (ws) => {
+    tab = batchedSender(ws)
+    ws.on("message", (data: Buffer) => {
+      const message = parseRecord(data)
+      const n = message?.["id"]
+      if (typeof n !== "number") return // hello, registerTools
+      const call = waiting.get(n)
+      if (call === undefined) return
+      waiting.delete(n)
+      const result = message?.["result"]
+      respond(call.res, 200, answer(call.id, isRecord(result) ? result["payload"] : result))
+    })
+  })
   server.listen(0, "127.0.0.1", () => ready((server.address() as { port: number }).port))
 }
 
@@ -314,12 +361,13 @@ const edge = () =>
 const kind = process.argv[2]
 if (kind === "plain") plain()
 else if (kind === "plain-http") plainHttp()
+else if (kind === "hub-floor") hubFloor()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
 else if (kind === "naive-relay") naiveRelay()
 else if (kind === "nats-relay-edge") await natsRelayEdge()
 else if (kind === "nats-relay-router") await natsRelayRouter()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
+  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, hub-floor, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
   process.exit(2)
 }

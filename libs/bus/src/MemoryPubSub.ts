@@ -92,6 +92,9 @@ export const makeBus = (): BusShape => {
 
   const deliver = (message: Message) => {
     const subscribers = matching(message.subject)
+    // A lone subscriber, in a queue group or not, takes every message: no group map to build per
+    // message (every stateless request to the registry's queue group made one, issue 28).
+    if (subscribers.length === 1) return subscribers[0]!.handler(message)
     let groups: Map<string, Array<Subscriber>> | undefined
     for (const s of subscribers) {
       if (s.queue === undefined) {

@@ -106,11 +106,16 @@ interface Outbound {
   movedAt: number | undefined
 }
 
-/** A POST whose request waits for its answer. It becomes an SSE stream when a notification comes first. */
+/**
+ * A POST whose request waits for its answer. It becomes an SSE stream when a notification comes
+ * first. Its deadline is swept for, not a timer of its own: a timer and its clearing were a
+ * measurable part of each modern tools/call (issue 28), and nearly every POST is answered in time.
+ */
 interface Pending extends Outbound {
   readonly kind: "post"
   readonly id: JsonRpc.Id
-  readonly timer: ReturnType<typeof setTimeout>
+  /** When it is answered 504 (its SSE stream ended), as `Date.now()`; each delivery puts it off. */
+  deadline: number
   sse: boolean
 }
 
@@ -187,7 +192,7 @@ export const make = (
       const unanswered = open.get(ex.n) === ex
       open.delete(ex.n)
       draining.delete(ex)
-      clearTimeout(ex.timer)
+      if (ex.kind === "stream") clearTimeout(ex.timer)
       const reason = why === "buffer"
         ? `slow consumer: more than ${config.hwm} bytes waiting (EDGE_OUTBOUND_HWM)`
         : `stalled: ${waiting} bytes waiting, unmoved for ${stallText} (EDGE_HTTP_WRITE_STALL)`
@@ -234,7 +239,7 @@ export const make = (
 
     /** The client closed a response still open (a stream the 504 of `timedOut` ended counts too). */
     const onClose = (ex: Pending | Stream) => () => {
-      clearTimeout(ex.timer)
+      if (ex.kind === "stream") clearTimeout(ex.timer)
       if (open.get(ex.n) !== ex) return
       open.delete(ex.n)
       try {
@@ -261,12 +266,25 @@ export const make = (
       ex.of.res.writeHead(504, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body)
     }
 
+    // POSTs past their deadline, looked for a tenth of the timeout apart (at most a second, at least 10 ms).
+    const deadlines = setInterval(() => {
+      try {
+        const now = Date.now()
+        for (const ex of open.values()) if (ex.kind === "post" && ex.deadline <= now) timedOut(ex.n)
+      } catch (cause) {
+        options.logCaught("edge: timing out Streamable HTTP requests failed", cause, {})
+      }
+    }, Math.min(1000, Math.max(10, config.responseTimeout / 10)))
+    deadlines.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(deadlines)))
+
     const post = (exchange: PostExchange): ExchangeId => {
       const n = String(++next)
-      const timer = setTimeout(() => timedOut(n), config.responseTimeout)
-      const pending: Pending = { kind: "post", n, of: exchange, id: exchange.id, timer, sse: false, queued: 0, left: 0, movedAt: undefined }
+      const deadline = Date.now() + config.responseTimeout
+      const pending: Pending = { kind: "post", n, of: exchange, id: exchange.id, deadline, sse: false, queued: 0, left: 0, movedAt: undefined }
       open.set(n, pending)
-      exchange.res.once("close", onClose(pending))
+      // `on`, not `once`: a response closes once, and once's wrapper was one more object per POST.
+      exchange.res.on("close", onClose(pending))
       return n
     }
 
@@ -307,7 +325,7 @@ export const make = (
       const ex = open.get(n)
       if (ex === undefined) return
       if (ex.kind === "stream") return deliverToStream(ex, d)
-      ex.timer.refresh()
+      ex.deadline = Date.now() + config.responseTimeout
       if (d.end && d.traceparent !== undefined && Option.isSome(tracer)) {
         Telemetry.startSpan(tracer.value, "edge.deliver", d.traceparent, {
           kind: SpanKind.PRODUCER,
@@ -318,7 +336,6 @@ export const make = (
       if (!ex.sse) {
         if (d.end) {
           open.delete(n)
-          clearTimeout(ex.timer)
           // A request cancelled by the client ends with nothing to say.
           if (d.data.byteLength === 0) return void res.writeHead(202).end()
           res.writeHead(statusOf(d), { "content-type": "application/json", "content-length": d.data.byteLength, ...ex.of.headers }).end(d.data)
@@ -331,7 +348,6 @@ export const make = (
       if (d.data.byteLength > 0 && !write(ex, sseEvent(Bus.text(d), undefined))) return
       if (d.end) {
         open.delete(n)
-        clearTimeout(ex.timer)
         res.end()
         ended(ex)
       }

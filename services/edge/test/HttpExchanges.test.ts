@@ -19,12 +19,12 @@ import { listen, settings } from "./support.ts"
 
 const HWM = 64 * 1024
 
-const env = Layer.merge(Telemetry.disabled, settings({ EDGE_OUTBOUND_HWM: String(HWM) }))
+const env = (more: Readonly<Record<string, string>> = {}) => Layer.merge(Telemetry.disabled, settings({ EDGE_OUTBOUND_HWM: String(HWM), ...more }))
 
 type Lost = { readonly n: HttpExchanges.ExchangeId; readonly by: "cut"; readonly reason: string } | { readonly n: HttpExchanges.ExchangeId; readonly by: "client" }
 
 /** Exchanges behind a server: a POST opens one for request id 1, a GET a stream; the test hears of each opened, and each lost. */
-const serve = Effect.gen(function*() {
+const serveWith = (more: Readonly<Record<string, string>>) => Effect.gen(function*() {
   const metrics = new EdgeMetrics()
   const boundary = yield* Boundary.make
   const exchanges = yield* HttpExchanges.make({ edgeId: "edge-unit", metrics, runFork: boundary.runFork, logCaught: boundary.logCaught })
@@ -41,7 +41,8 @@ const serve = Effect.gen(function*() {
     }
   })
   return { ...server, exchanges, metrics, opened, lost }
-}).pipe(Effect.provide(env))
+}).pipe(Effect.provide(env(more)))
+const serve = serveWith({})
 
 const text = (s: string) => new TextEncoder().encode(s)
 const ANSWER = JSON.stringify({ jsonrpc: "2.0", id: 1, result: { ok: true } })
@@ -77,6 +78,27 @@ describe("Streamable HTTP exchanges", () => {
       expect([got.status, got.type, got.exchange]).toEqual([200, "text/event-stream", "k1"])
       // A line break inside a message would end its data field: each line gets its own.
       expect(got.body).toBe(`data: {"method":"notifications/progress"}\ndata: {"second":"line"}\n\ndata: ${ANSWER}\n\n`)
+    }))
+
+  it.scopedLive("answer a POST 504 once EDGE_HTTP_RESPONSE_TIMEOUT passes without its answer, and end an SSE one, both then closed to deliveries", () =>
+    Effect.gen(function*() {
+      // POSTs have no timer each but a swept deadline: both kinds still end, whenever the sweep comes.
+      const edge = yield* serveWith({ EDGE_HTTP_RESPONSE_TIMEOUT: "200 millis" })
+      const silent = yield* request(edge.http, "POST")
+      const quiet = yield* Queue.take(edge.opened)
+      const notified = yield* request(edge.http, "POST")
+      const streaming = yield* Queue.take(edge.opened)
+      edge.exchanges.deliver(streaming, { data: text("{\"method\":\"notifications/progress\"}"), end: false })
+      const got = yield* Fiber.join(silent)
+      expect([got.status, got.type]).toEqual([504, "application/json"])
+      expect(JSON.parse(got.body)).toMatchObject({ id: 1, error: { message: "the session did not answer in time" } })
+      const stream = yield* Fiber.join(notified)
+      expect([stream.status, stream.type]).toEqual([200, "text/event-stream"])
+      expect(stream.body).toBe("data: {\"method\":\"notifications/progress\"}\n\n")
+      // Timed out is neither cut nor closed by its client, and an answer after it finds nothing open.
+      edge.exchanges.deliver(quiet, { data: text(ANSWER), end: true })
+      edge.exchanges.deliver(streaming, { data: text(ANSWER), end: true })
+      expect(yield* Queue.size(edge.lost)).toBe(0)
     }))
 
   it.scopedLive("open a GET stream at its first delivery, primed with its event id, and end it with the others", () =>
