@@ -17,9 +17,13 @@ export interface FloodEvents {
   readonly exhausted: () => void
 }
 
+/** How long a flood's call stays open after its last message, unless it is cancelled first. */
+const HOLD_MS = 5 * 60_000
+
 /**
  * A page whose tool `flood` sends up to `limit` progress notifications of 1 MiB each, as fast as
- * its tab's socket takes them (`busy` says when it is behind), until it is cancelled.
+ * its tab's socket takes them (`busy` says when it is behind), until it is cancelled; after the
+ * last one it answers only once cancelled (or after `HOLD_MS`).
  */
 const floodPage = (limit: number, busy: () => boolean, events: FloodEvents) => {
   const server = new McpServer({ name: "flood", version: "1.0.0" })
@@ -32,7 +36,16 @@ const floodPage = (limit: number, busy: () => boolean, events: FloodEvents) => {
       do await new Promise((resolve) => setTimeout(resolve, 1))
       while (busy() && !extra.signal.aborted)
     }
-    if (!extra.signal.aborted) events.exhausted()
+    if (!extra.signal.aborted) {
+      events.exhausted()
+      // The call stays open, as a page still at work would: an answer now would race the edge's
+      // cut of a response nobody reads, and a cut after the answer has no call left to cancel.
+      await new Promise<void>((resolve) => {
+        const bound = setTimeout(resolve, HOLD_MS)
+        bound.unref()
+        extra.signal.addEventListener("abort", () => resolve())
+      })
+    }
     return { content: [{ type: "text" as const, text: "flooded" }] }
   })
   return server
