@@ -14,6 +14,9 @@ export default defineConfig({
     // Paths, not package imports: vitest transforms TypeScript given by path.
     globalSetup: ["./libs/testing/src/globalSetup.ts"],
     reporters: ["default", "./libs/testing/src/SummaryReporter.ts"],
+    // The pool is the run's, not a project's: without these here it ran one fork at a time.
+    pool: shared.pool,
+    poolOptions: shared.poolOptions,
     // The chaos suite runs alone, after the rest: its fourteen containers take both cores, and
     // beside them the rest's process and timing tests failed in landing runs, and chaos with them
     // (723 s against ~320 s alone), whichever of the two started first.
