@@ -93,6 +93,8 @@ describe("state replicas on a NATS cluster", () => {
       console.log(`read again ${Date.now() - killed} ms after the leader's node was killed`)
       expect(yield* read("alice.2").pipe(step("read again", 60))).toEqual(Option.some("r3"))
       yield* bucket.put("alice.3", "after the loss").pipe(Effect.retry(retry), step("put after the loss", 60))
+      // Read at once: a replica still applying the put answers a direct get without it (a landing
+      // CI read None here), so the bucket asks the leader again before it says a key is absent.
       expect(yield* read("alice.3").pipe(step("read what was put", 60))).toEqual(Option.some("after the loss"))
       expect([...(yield* stored(6).pipe(step("6 entries stored", 30)))].sort()).toEqual(["entry 0", "entry 1", "entry 2", "entry 3", "entry 4", "entry 5"])
       yield* cluster.restart(leader).pipe(step("restart the node"))
