@@ -22,7 +22,10 @@ import {
   DEFAULT_REQUEST_TIMEOUT,
   type Headers,
   NoResponders,
+  requestOf,
+  type RequestResult,
   RequestTimeout,
+  tellResult,
   toBytes
 } from "./Bus.ts"
 import { corker, FrozenHeaders, rawHeaderBlock } from "./internal/NatsShims.ts"
@@ -147,16 +150,7 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
     } catch (e) {
       asked = Promise.reject(e)
     }
-    const tell = (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => {
-      if (!live) return
-      try {
-        onResult(result)
-      } catch (cause) {
-        // A throwing callback is a bug in its caller; as on the embedded bus, it must not become
-        // an unhandled rejection that ends the process.
-        console.error(`nats bus: the callback of a request to ${subject} threw`, cause)
-      }
-    }
+    const tell = (result: RequestResult) => live && tellResult("nats bus", subject, onResult, result)
     void asked.then(
       (msg) => tell(Either.right(new NatsMessage(msg, subject))),
       (e: unknown) => tell(Either.left(requestFailure(subject, timeout, e)))
@@ -164,11 +158,7 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
     return () => void (live = false)
   }
 
-  const request: BusShape["request"] = (subject, data, options) =>
-    Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => {
-      const cancel = unsafeRequest(subject, data, options, resume)
-      return Effect.sync(cancel)
-    })
+  const request = requestOf(unsafeRequest)
 
   const respond: BusShape["respond"] = (message, data, headers) => {
     const reply = message.reply
