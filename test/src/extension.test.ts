@@ -10,7 +10,6 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import type { Bus, Journal, Kv } from "@switchboard/bus"
-import { buildExtension } from "@switchboard/extension/build"
 import { Keys } from "@switchboard/extension/keys"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
@@ -23,46 +22,17 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
-import { mkdtemp, readFile, rm } from "node:fs/promises"
+import { readFile } from "node:fs/promises"
 import { createRequire } from "node:module"
-import { createServer } from "node:http"
 import { connect as tcpConnect, createServer as createTcpServer } from "node:net"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { BrowserContext, Page, Worker } from "playwright-core"
 import { type TestClient } from "./support/Client.ts"
-import { launch } from "./support/Browser.ts"
+import { configure, extensionsUntil, pageServer, pngSize, setStorage, withExtension } from "./support/ExtensionHarness.ts"
 import { freePort } from "./support/FreePort.ts"
 import { attach, call, client, type Message } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
 import { hub, textOf, toolsUntil } from "./support/Tabs.ts"
-
-/** A fresh temporary directory, removed with the scope. */
-const tempDir = (prefix: string) =>
-  Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), prefix))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-
-/** Serves `pages` (path → HTML or script) on `host` at a free port for as long as the scope lives; its base URL. */
-const pageServer = (pages: Readonly<Record<string, string>>, host = "127.0.0.1") =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly url: string; readonly close: () => void }>((resume) => {
-      const server = createServer((req, res) => {
-        const path = new URL(req.url ?? "/", "http://x").pathname
-        const body = pages[path]
-        if (body === undefined) return void res.writeHead(404).end("not found")
-        const type = path.endsWith(".js") ? "text/javascript" : "text/html; charset=utf-8"
-        res.writeHead(200, { "content-type": type, "cache-control": "no-store" }).end(body)
-      })
-      server.listen(0, host, () => {
-        const address = server.address()
-        resume(Effect.succeed({ url: `http://${host}:${typeof address === "object" && address !== null ? address.port : 0}`, close: () => server.close() }))
-      })
-    }),
-    (s) => Effect.sync(() => s.close())
-  ).pipe(Effect.map((s) => s.url))
 
 /**
  * A TCP relay to 127.0.0.1:`port` that keeps the request target of each connection's first
@@ -97,13 +67,6 @@ const recordingRelay = (port: number) =>
     (relay) => Effect.sync(() => relay.close())
   )
 
-/** The extension's service worker, started with the browser, and the extension's id. */
-const serviceWorker = (context: BrowserContext) =>
-  Effect.promise(async () => {
-    const worker = context.serviceWorkers()[0] ?? (await context.waitForEvent("serviceworker", { timeout: 10_000 }))
-    return { worker, extensionId: new URL(worker.url()).host }
-  })
-
 interface ExtensionGlobals {
   readonly chrome: {
     readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } }
@@ -111,10 +74,6 @@ interface ExtensionGlobals {
     readonly alarms: { get(name: string): Promise<{ periodInMinutes?: number } | undefined> }
   }
 }
-
-/** Writes `items` into the extension's `chrome.storage.local`, from its service worker, as a harness or policy would. */
-const setStorage = (worker: Worker, items: Record<string, string>) =>
-  Effect.promise(() => worker.evaluate((i) => (globalThis as unknown as ExtensionGlobals).chrome.storage.local.set(i), items))
 
 const controlPage = `<!doctype html><title>Control</title>
 <button id="go" onclick="document.getElementById('out').textContent = 'clicked ' + (++window.clicks)">Go</button>
@@ -259,11 +218,6 @@ const toolName = (base: string, tool: string, tabId?: number) =>
   `website_tool_${new URL(base).host.replace(/[^a-zA-Z0-9_]/g, "_")}_${tabId === undefined ? "" : `tab${tabId}_`}${tool}`
 
 /** Width and height from a PNG's IHDR, or undefined when it is not a PNG. */
-const pngSize = (bytes: Buffer) =>
-  bytes.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) && bytes.subarray(12, 16).toString() === "IHDR"
-    ? { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) }
-    : undefined
-
 interface Harness {
   readonly context: BrowserContext
   readonly worker: Worker
@@ -278,10 +232,7 @@ class ExtensionBrowser extends Context.Tag("test/ExtensionBrowser")<ExtensionBro
 const browser = Layer.scoped(
   ExtensionBrowser,
   Effect.gen(function*() {
-    const dir = yield* tempDir("sb-extension-")
-    yield* Effect.promise(() => buildExtension(dir))
-    const context = yield* launch({ args: [`--disable-extensions-except=${dir}`, `--load-extension=${dir}`] })
-    const { worker, extensionId } = yield* serviceWorker(context)
+    const { context, extensionId, worker } = yield* withExtension
     const pages = pagesWith(yield* Effect.promise(() => library("@mcp-b/global/iife")), yield* Effect.promise(() => library("@mcp-b/webmcp-polyfill/iife")))
     return { context, worker, extensionId, pages: yield* pageServer(pages), otherOrigin: yield* pageServer(pages, "localhost") }
   })
@@ -298,22 +249,6 @@ const switchboard = (bus: Context.Context<Bus.Bus | Kv.Kv | Journal.Journal>, po
       scope
     )
     return { ws: `ws://127.0.0.1:${port}`, stop: Scope.close(scope, Exit.void) }
-  })
-
-/** Points the extension at `ws` as `user`: it connects as soon as both keys are set. */
-const configure = (worker: Worker, ws: string, user: string) =>
-  Effect.flatMap(token({ sub: user }), (t) => setStorage(worker, { [Keys.serverUrl]: ws.replace("ws://", "http://"), [Keys.token]: t }))
-
-/** The extensions the proxy lists for `mcp`'s user, once `ok` holds of them (polled for up to `seconds`: nothing announces it). */
-const extensionsUntil = (mcp: TestClient, ok: (list: ReadonlyArray<{ id: string; name: string }>) => boolean, seconds = 15) =>
-  Effect.gen(function*() {
-    for (let i = 0; ; i++) {
-      const answer = yield* call(mcp, `list-${i}`, "list_extensions")
-      const list = (answer.result as { extensions: Array<{ id: string; name: string }> }).extensions
-      if (ok(list)) return list
-      if (i > seconds * 10) return yield* Effect.dieMessage(`list_extensions never matched; last: ${JSON.stringify(list)}`)
-      yield* Effect.sleep("100 millis")
-    }
   })
 
 let seq = 1000

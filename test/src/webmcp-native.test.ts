@@ -16,42 +16,15 @@ import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { mkdtemp, readFile, rm } from "node:fs/promises"
-import { createServer } from "node:http"
+import { readFile } from "node:fs/promises"
 import { createRequire } from "node:module"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import type { BrowserContext, Page, Worker } from "playwright-core"
 import { launch } from "./support/Browser.ts"
+import { pageServer, tempDir } from "./support/ExtensionHarness.ts"
 import { freePort } from "./support/FreePort.ts"
 import { stack, token } from "./support/Stack.ts"
 import { busLayer } from "./support/Stack.ts"
 import { hub, textOf, toolsUntil } from "./support/Tabs.ts"
-
-const tempDir = (prefix: string) =>
-  Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), prefix))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-
-/** Serves `pages` (path → body) on 127.0.0.1 at a free port for as long as the scope lives; its base URL. */
-const pageServer = (pages: Readonly<Record<string, string>>) =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly url: string; readonly close: () => void }>((resume) => {
-      const server = createServer((req, res) => {
-        const path = new URL(req.url ?? "/", "http://x").pathname
-        const body = pages[path]
-        if (body === undefined) return void res.writeHead(404).end("not found")
-        const type = path.endsWith(".js") ? "text/javascript" : "text/html; charset=utf-8"
-        res.writeHead(200, { "content-type": type, "cache-control": "no-store" }).end(body)
-      })
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        resume(Effect.succeed({ url: `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`, close: () => server.close() }))
-      })
-    }),
-    (s) => Effect.sync(() => s.close())
-  ).pipe(Effect.map((s) => s.url))
 
 /**
  * Imperative tools with the native API only: `add` computes its answer from its arguments, `shout`

@@ -4,6 +4,7 @@
  * (`createTab` → `{tab: {id, title, url}}`, `getTabs` → `{tabs}`, `selectTab` by `tabIndex`) and
  * the stdio bridge's (`tabId`, `selector`, `text`, `fullPage`, `browser_navigate`), so either works.
  */
+import * as Cdp from "@switchboard/protocol/browser/Cdp"
 import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
 import * as Debugger from "./Debugger.ts"
 import { type Json, MethodError } from "./Wire.ts"
@@ -320,7 +321,18 @@ const forwardCDPCommand = async (params: Json) => {
   const method = requiredString(params, "method")
   const tabId = idOf(await targetTab(params))
   const cdpParams = params["params"]
-  return Debugger.send(tabId, method, typeof cdpParams === "object" && cdpParams !== null && !Array.isArray(cdpParams) ? (cdpParams as Json) : {})
+  const sessionId = params["sessionId"]
+  if (sessionId !== undefined && typeof sessionId !== "string") throw new MethodError("sessionId must be a string", JsonRpc.ErrorCode.InvalidParams)
+  return Debugger.send(tabId, method, JsonRpc.isRecord(cdpParams) ? cdpParams : {}, sessionId)
+}
+
+/** A tab for a CDP client of the router (`Cdp.Method.attach`); `tabId` and `connection_id` are required. */
+const cdpAttach = async (params: Json) => Debugger.drive(idOf(await tabOfParams(params)), requiredString(params, "connection_id"))
+const cdpDetach = async (params: Json) => {
+  const tabId = optionalInt(params, "tabId")
+  if (tabId === undefined) throw new MethodError("tabId is required", JsonRpc.ErrorCode.InvalidParams)
+  await Debugger.release(tabId, requiredString(params, "connection_id"))
+  return {}
 }
 
 const methods: Readonly<Record<string, (params: Json) => Promise<unknown>>> = {
@@ -337,7 +349,9 @@ const methods: Readonly<Record<string, (params: Json) => Promise<unknown>>> = {
   click,
   type,
   hover,
-  forwardCDPCommand
+  forwardCDPCommand,
+  [Cdp.Method.attach]: cdpAttach,
+  [Cdp.Method.detach]: cdpDetach
 }
 
 export const handle = (method: string, params: Json): Promise<unknown> => {

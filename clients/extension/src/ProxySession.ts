@@ -5,10 +5,12 @@
  * the proxy's `status` every 20 s keeps the service worker awake, and an alarm is the floor.
  */
 import { Backoff } from "@switchboard/protocol/browser/Backoff"
+import * as Cdp from "@switchboard/protocol/browser/Cdp"
 import * as JsonRpc from "@switchboard/protocol/browser/JsonRpc"
 // Types only: erased from the bundle, so the Schemas behind them stay out of it.
 import type * as Proxy from "@switchboard/protocol/Proxy"
 import * as BrowserControl from "./BrowserControl.ts"
+import * as Debugger from "./Debugger.ts"
 import * as Settings from "./Settings.ts"
 import { errorOf, type Json } from "./Wire.ts"
 
@@ -30,6 +32,11 @@ export class ProxySession {
   /** Bumped by every restart, so a connect that was under way when settings changed gives up. */
   private generation = 0
   state: ProxyState = { state: "unconfigured", since: Date.now() }
+
+  constructor() {
+    // The events of tabs a CDP client drives go to the router on whichever socket is open then.
+    Debugger.onEvent((event) => this.socket === undefined || send(this.socket, JsonRpc.notification(Cdp.Method.event, event)))
+  }
 
   /** Drops the socket and connects again with the current settings. */
   restart(): Promise<void> {

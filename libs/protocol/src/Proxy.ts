@@ -215,6 +215,18 @@ export class InternalRequest extends Schema.TaggedRequest<InternalRequest>()("In
   }
 }) {}
 
+/**
+ * Extension actor → the CDP client actor driving the tab: one CDP event from the extension's
+ * `forwardCDPEvent` (`browser/Cdp.ts`). Many per page load, so a plain tagged struct.
+ */
+export const CdpEvent = Schema.TaggedStruct("CdpEvent", {
+  tabId: Schema.Number,
+  sessionId: Schema.optional(Schema.String),
+  method: Schema.String,
+  params: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+})
+export type CdpEvent = typeof CdpEvent.Type
+
 /** Every message between the router's actors, and from other services to them. */
-export const RouterPeer = Schema.Union(Attach, Probe, Detach, Answer, ExtensionGone, PeerStatus, InternalRequest)
+export const RouterPeer = Schema.Union(Attach, Probe, Detach, Answer, CdpEvent, ExtensionGone, PeerStatus, InternalRequest)
 export type RouterPeer = typeof RouterPeer.Type

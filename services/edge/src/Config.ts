@@ -51,7 +51,7 @@ export const maxPayload = Settings.positiveInt(
  */
 export const maxPayloadByPath = Config.string("EDGE_MAX_PAYLOAD_PATHS").pipe(
   Config.withDescription("Per-path frame limits in bytes, as path=bytes pairs separated by commas; other paths use EDGE_MAX_PAYLOAD"),
-  Config.withDefault("/extension=16777216,/tabs=16777216"),
+  Config.withDefault("/extension=16777216,/tabs=16777216,/cdp/=16777216"),
   Config.mapOrFail((text) => {
     const limits = new Map<string, number>()
     for (const pair of text.split(",").map((p) => p.trim()).filter((p) => p.length > 0)) {

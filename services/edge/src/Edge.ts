@@ -24,7 +24,7 @@ import * as HttpRoutes from "./HttpRoutes.ts"
 import { EdgeMetrics } from "./Metrics.ts"
 import * as OriginPolicy from "./OriginPolicy.ts"
 import * as Outbound from "./Outbound.ts"
-import { type HttpRouteTable, type RouteTable, standard, standardHttp } from "./Routes.ts"
+import { type HttpRouteTable, routeKey, type RouteTable, standard, standardHttp } from "./Routes.ts"
 import * as Sockets from "./Sockets.ts"
 import { Turn } from "./Turn.ts"
 import * as Upgrade from "./Upgrade.ts"
@@ -93,7 +93,7 @@ const make = (options: EdgeOptions) =>
     let shuttingDown = false
     const isShuttingDown = () => shuttingDown
     /** The frame limit of a path: the upgrade picks its ws server by it, the socket I/O names it in a 1009. */
-    const limitOf = (path: string) => config.maxPayloadByPath.get(path) ?? config.maxPayload
+    const limitOf = (path: string) => config.maxPayloadByPath.get(routeKey(routes, path) ?? path) ?? config.maxPayload
 
     // --- the three parts, in the order they must be released (last built, first released) ----
 

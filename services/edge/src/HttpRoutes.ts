@@ -19,7 +19,7 @@ import * as Embed from "./Embed.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 import type { OriginPolicy } from "./OriginPolicy.ts"
 import { headerToken, requestLog, targetOf, tokenTooLong } from "./Requests.ts"
-import type { HttpRouteTable, RouteTable } from "./Routes.ts"
+import { type HttpRouteTable, routeKey, type RouteTable } from "./Routes.ts"
 import * as StreamableHttp from "./StreamableHttp.ts"
 import type { Turn } from "./Turn.ts"
 
@@ -211,7 +211,7 @@ export const make = (
         if (routed !== undefined) return forwardHttp(req, url, routed[1], reply)
         if (streamable?.serves(path) === true) return streamable.handle(req, res, url)
         if (embed.serves(path)) return embed.handle(req, res, path)
-        if (routes[path] !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
+        if (routeKey(routes, path) !== undefined) return reply(426, "this endpoint speaks WebSocket\n")
         reply(404, "not found\n")
       })
     }

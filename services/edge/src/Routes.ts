@@ -23,6 +23,16 @@ export interface Route {
 
 export type RouteTable = Readonly<Record<string, Route>>
 
+/**
+ * The table's key for `path`: the path itself, or a prefix ending in "/" that serves every path
+ * under it (`/cdp/` serves `/cdp/{extension_id}`). Frame limits are looked up by this key too.
+ */
+export const routeKey = (routes: RouteTable, path: string): string | undefined => {
+  if (Object.hasOwn(routes, path)) return path.endsWith("/") ? undefined : path
+  for (const key in routes) if (key.endsWith("/") && path.startsWith(key) && path.length > key.length) return key
+  return undefined
+}
+
 /** The endpoints of DESIGN.md. */
 export const standard: RouteTable = {
   "/extension": { service: "router", auth: "in-band", traceInbound: false },
@@ -31,7 +41,10 @@ export const standard: RouteTable = {
   // Tabs mostly answer the hub's calls, whose traces the registry continues. A token at the
   // upgrade is still taken (older bridges); the extension authenticates in-band, keeping it out of URLs.
   "/tabs": { service: "registry", auth: "optional", traceInbound: false },
-  "/hub": { service: "registry", auth: "optional", subprotocol: "mcp", traceInbound: true }
+  "/hub": { service: "registry", auth: "optional", subprotocol: "mcp", traceInbound: true },
+  // A user's browser as a CDP endpoint: `/cdp/{extension_id}`. CDP clients send the token as a
+  // header (or `?token=`) and know no in-band handshake.
+  "/cdp/": { service: "router", auth: "upgrade", traceInbound: true }
 }
 
 /** Plain HTTP paths (by prefix) that a service answers over the bus. */

@@ -16,7 +16,7 @@ import { type WebSocket, WebSocketServer } from "ws"
 import type { Boundary } from "./Boundary.ts"
 import type { OriginPolicy } from "./OriginPolicy.ts"
 import { headerToken, requestLog, targetOf, tokenTooLong } from "./Requests.ts"
-import type { Route, RouteTable } from "./Routes.ts"
+import { type Route, routeKey, type RouteTable } from "./Routes.ts"
 
 export interface UpgradeOptions {
   readonly routes: RouteTable
@@ -95,7 +95,8 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
           clientTracking: false,
           handleProtocols: (offered, req) => {
             const target = targetOf(req)
-            const route = target === undefined ? undefined : routes[target.pathname]
+            const key = target === undefined ? undefined : routeKey(routes, target.pathname)
+            const route = key === undefined ? undefined : routes[key]
             return route?.subprotocol !== undefined && offered.has(route.subprotocol) ? route.subprotocol : false
           }
         })
@@ -134,7 +135,8 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
       const url = targetOf(req)
       if (url === undefined) return refuse(req, socket, 400, "malformed request target")
-      const route = routes[url.pathname]
+      const key = routeKey(routes, url.pathname)
+      const route = key === undefined ? undefined : routes[key]
       if (route === undefined) return refuse(req, socket, 404, `no WebSocket endpoint at ${url.pathname}`)
       const refused = policy.checkHost(req.headers.host, false) ?? policy.checkOrigin(req.headers.origin)
       if (refused !== undefined) return refuse(req, socket, refused.status, refused.message)

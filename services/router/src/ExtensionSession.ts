@@ -6,6 +6,7 @@
  */
 import { type Actors, ActorTimer, type Peer, Subjects, TimedMap } from "@switchboard/bus"
 import { Edge, Json, JsonRpc, Proxy } from "@switchboard/protocol"
+import * as Cdp from "@switchboard/protocol/browser/Cdp"
 import { failure, notification } from "@switchboard/protocol/JsonRpc"
 import { status } from "@switchboard/protocol/Proxy"
 import * as Effect from "effect/Effect"
@@ -181,6 +182,25 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffSt
     )
   }
 
+  /**
+   * Passes a CDP event on to the client that drives its tab, and only to it: the extension names
+   * the client's proxy connection, which must be attached to this very extension.
+   */
+  private cdpEvent(params: unknown) {
+    if (this.ext === undefined || !isRecord(params)) return
+    const { connection_id, method, sessionId, tabId } = params
+    const client = typeof connection_id === "string" ? this.attached.get(connection_id) : undefined
+    if (client === undefined || typeof tabId !== "number" || typeof method !== "string") return
+    const event: Proxy.CdpEvent = {
+      _tag: "CdpEvent",
+      tabId,
+      method,
+      ...(typeof sessionId === "string" ? { sessionId } : {}),
+      ...(isRecord(params["params"]) ? { params: params["params"] } : {})
+    }
+    peers.tell(this.conn, client.conn, event)
+  }
+
   onFrame(frame: Actors.Frame): Effect.Effect<void> | void {
     const conn = this.conn
     const parsed = Json.parse(frame.text)
@@ -189,8 +209,9 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffSt
     if (!isRecord(message)) return conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: expected a JSON object"))
     const id = message["id"]
     if ("method" in message) {
-      // The extension is passive; it has nothing to ask of the proxy.
-      if (id === undefined) return
+      // The extension is passive; it has nothing to ask of the proxy. Its one notification is a
+      // CDP event of a tab that a CDP client drives.
+      if (id === undefined) return message["method"] === Cdp.Method.event ? this.cdpEvent(message["params"]) : undefined
       const request = JsonRpc.decodeValue(message)
       // Not a valid request (a method that is no string, say): the decoder's -32600 says why.
       if (Either.isLeft(request)) return conn.send(JsonRpc.encode(request.left))

@@ -9,6 +9,7 @@ import { Actors } from "@switchboard/bus"
 import { Proxy } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as CdpSession from "./CdpSession.ts"
 import * as ClientSession from "./ClientSession.ts"
 import * as ExtensionSession from "./ExtensionSession.ts"
 import * as InternalRequests from "./InternalRequests.ts"
@@ -18,6 +19,7 @@ export const make = Effect.gen(function*() {
   const replica = yield* Replica.make
   const extension = ExtensionSession.make(replica)
   const client = ClientSession.make(replica)
+  const cdp = CdpSession.make(replica)
   yield* InternalRequests.serve(replica)
   yield* Actors.host({
     service: "router",
@@ -25,7 +27,12 @@ export const make = Effect.gen(function*() {
     replicaHeartbeat: replica.config.replicaHeartbeat,
     shutdownGrace: replica.config.shutdownGrace,
     handoff: { state: Proxy.HandoffState },
-    make: (conn, restored, handedOver) => (conn.open.path === "/extension" ? extension(conn, restored, handedOver) : client(conn, restored, handedOver))
+    make: (conn, restored, handedOver) =>
+      conn.open.path === "/extension"
+        ? extension(conn, restored, handedOver)
+        : CdpSession.serves(conn.open.path)
+        ? cdp(conn, restored)
+        : client(conn, restored, handedOver)
   })
 })
 
