@@ -13,6 +13,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { type Browser, chromium, type Worker } from "playwright-core"
 import WebSocket from "ws"
@@ -107,6 +108,65 @@ const drive = (endpoint: string, user: string, pages: string) =>
     expect(context!.pages()).toHaveLength(0)
   })
 
+/** A bare CDP client on a WebSocket: `send` answers with the response to its command. */
+const rawClient = (endpoint: string, user: string) =>
+  Effect.gen(function*() {
+    const t = yield* token({ sub: user })
+    const ws = yield* Effect.acquireRelease(
+      Effect.async<WebSocket>((resume) => {
+        const socket = new WebSocket(endpoint, { headers: { Authorization: `Bearer ${t}` } })
+        socket.once("open", () => resume(Effect.succeed(socket)))
+        socket.once("error", (e) => resume(Effect.die(e)))
+      }),
+      (socket) => Effect.sync(() => socket.close())
+    )
+    const answers = new Map<number, (m: Record<string, unknown>) => void>()
+    ws.on("message", (data) => {
+      const m = JSON.parse(String(data)) as Record<string, unknown>
+      if (typeof m["id"] === "number") answers.get(m["id"])?.(m)
+    })
+    let next = 0
+    /** A frame as written (`raw`), or a command; its response. */
+    const send = (command: { readonly method: string; readonly params?: object; readonly sessionId?: string } | { readonly raw: string; readonly id: number }) =>
+      Effect.async<Record<string, unknown>>((resume) => {
+        const id = "raw" in command ? command.id : ++next
+        answers.set(id, (m) => resume(Effect.succeed(m)))
+        ws.send("raw" in command ? command.raw : JSON.stringify({ id, ...command }))
+      }).pipe(Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error(`no answer to ${JSON.stringify(command)}`) }))
+    return { send, close: Effect.sync(() => ws.close()) }
+  })
+
+interface DebuggerGlobals {
+  readonly chrome: {
+    readonly debugger: {
+      getTargets(): Promise<Array<{ readonly id: string; readonly tabId?: number }>>
+      attach(target: { readonly tabId: number }, version: string): Promise<void>
+      detach(target: { readonly tabId: number }): Promise<void>
+    }
+  }
+}
+
+/**
+ * Whether the extension holds the debugger of the tab showing target `targetId`: an extension
+ * cannot attach twice, so an attach from its worker fails while it does (and is undone at once
+ * when it succeeds). Other debuggers (the test's own Playwright) do not count.
+ */
+const extensionAttached = (worker: Worker, targetId: string) =>
+  Effect.promise(() =>
+    worker.evaluate(async (id) => {
+      const { debugger: d } = (globalThis as unknown as DebuggerGlobals).chrome
+      const tabId = (await d.getTargets()).find((t) => t.id === id)?.tabId
+      if (tabId === undefined) return undefined
+      try {
+        await d.attach({ tabId }, "1.3")
+      } catch {
+        return true
+      }
+      await d.detach({ tabId })
+      return false
+    }, targetId)
+  )
+
 /** The proxy's id of the extension, once it has connected to `ws` as `user`. */
 const extensionIdAt = (ws: string, user: string) =>
   Effect.gen(function*() {
@@ -134,6 +194,41 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         yield* configure(worker, a.ws, "bob")
         yield* drive(`${b.ws}/cdp/${yield* extensionIdAt(b.ws, "bob")}`, "bob", pages)
       }).pipe(Effect.provide(NatsServer.layer)), 180_000)
+
+    it.scoped("keeps each client to its own tabs, answers bad frames as Chrome does, and detaches a client's tabs when it goes", () =>
+      Effect.gen(function*() {
+        const { extensionId, pages, worker } = yield* CdpBrowser
+        const ws = yield* switchboard(extensionId)
+        yield* configure(worker, ws, "carol")
+        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "carol")}`
+        const first = yield* rawClient(endpoint, "carol")
+        const second = yield* rawClient(endpoint, "carol")
+        const created = yield* first.send({ method: "Target.createTarget", params: { url: `${pages}/control.html` } })
+        const targetId = (created["result"] as { targetId: string }).targetId
+        expect(yield* extensionAttached(worker, targetId)).toBe(true)
+
+        // The other client sees none of it, and may not take it.
+        expect(yield* second.send({ method: "Target.getTargets" })).toMatchObject({ result: { targetInfos: [] } })
+        expect(yield* second.send({ method: "Target.attachToTarget", params: { targetId, flatten: true } })).toMatchObject({ error: { code: -32602, message: expect.stringMatching(/drives only the tabs it opened/) } })
+        expect(yield* second.send({ method: "Runtime.evaluate", params: { expression: "1" }, sessionId: "sb-made-up" })).toMatchObject({ error: { message: "Session with given id not found." } })
+
+        // Bad frames get CDP's errors, and the socket goes on.
+        expect(yield* second.send({ raw: "{not json", id: 0 })).toMatchObject({ error: { code: -32700 } })
+        expect(yield* second.send({ raw: JSON.stringify({ id: 7, params: {} }), id: 7 })).toMatchObject({ error: { code: -32600 } })
+        expect(yield* second.send({ method: "SystemInfo.getInfo" })).toMatchObject({ error: { code: -32601 } })
+        expect(yield* second.send({ method: "Target.createBrowserContext" })).toMatchObject({ error: { message: expect.stringMatching(/one browser context/) } })
+
+        // The first client's page works in its session, and its tab is let go when it leaves.
+        const attached = yield* first.send({ method: "Target.attachToTarget", params: { targetId, flatten: true } })
+        const sessionId = (attached["result"] as { sessionId: string }).sessionId
+        expect(yield* first.send({ method: "Runtime.evaluate", params: { expression: "document.title", returnByValue: true }, sessionId })).toMatchObject({ result: { result: { value: "Control" } } })
+        yield* first.close
+        yield* extensionAttached(worker, targetId).pipe(
+          Effect.filterOrFail((a) => a === false, () => new Error("the debugger is still attached")),
+          Effect.retry(Schedule.spaced("100 millis")),
+          Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("the tab was not detached after its client left") })
+        )
+      }), 120_000)
 
     it.scoped("refuses an upgrade without a token (401), and another user's extension id", () =>
       Effect.gen(function*() {
