@@ -1,8 +1,8 @@
 /**
  * A user's own browser as a CDP endpoint (`/cdp/{extension_id}`): the project's extension in real
- * headless Chromium connects to Switchboard as usual, and the unmodified Playwright client
- * (`chromium.connectOverCDP`, the pinned `playwright-core`) drives that browser through the
- * endpoint: it opens a page, navigates to a served page, evaluates, fills and clicks, hears a
+ * headless Chromium connects to Switchboard as usual, and the unmodified CDP clients
+ * (Playwright's `chromium.connectOverCDP`, Puppeteer's `connect`, both pinned) drive that browser
+ * through the endpoint: it opens a page, navigates to a served page, evaluates, fills and clicks, hears a
  * console event, takes a screenshot and closes the page. Another user, and no token, get nothing.
  */
 import { describe, expect, layer } from "@effect/vitest"
@@ -16,6 +16,7 @@ import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { type Browser, chromium, type Worker } from "playwright-core"
+import puppeteer from "puppeteer-core"
 import WebSocket from "ws"
 import { configure, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
 import { freePort } from "./support/FreePort.ts"
@@ -108,6 +109,35 @@ const drive = (endpoint: string, user: string, pages: string) =>
     expect(context!.pages()).toHaveLength(0)
   })
 
+/** The same steps with Puppeteer (`puppeteer-core`'s `connect`). */
+const driveWithPuppeteer = (endpoint: string, user: string, pages: string) =>
+  Effect.gen(function*() {
+    const headers = { Authorization: `Bearer ${yield* token({ sub: user })}` }
+    const remote = yield* Effect.acquireRelease(
+      Effect.promise(() => puppeteer.connect({ browserWSEndpoint: endpoint, headers, defaultViewport: null, protocolTimeout: 30_000 })),
+      (b) => Effect.promise(() => b.disconnect().catch(() => undefined))
+    )
+    const page = yield* Effect.promise(() => remote.newPage())
+    yield* Effect.promise(() => page.goto(`${pages}/control.html`))
+    expect(yield* Effect.promise(() => page.title())).toBe("Control")
+    expect(yield* Effect.promise(() => page.evaluate(() => [1 + 1, location.pathname]))).toEqual([2, "/control.html"])
+
+    yield* Effect.promise(() => page.type("#name", "by Puppeteer"))
+    yield* Effect.promise(() => page.click("#go"))
+    expect(yield* Effect.promise(() => page.$eval("#out", (e) => e.textContent))).toBe("clicked by Puppeteer")
+
+    const logged = new Promise<string>((resolve) => page.once("console", (m) => resolve(m.text())))
+    yield* Effect.promise(() => page.evaluate(() => console.log("hello to Puppeteer")))
+    expect(yield* Effect.promise(() => logged)).toBe("hello to Puppeteer")
+
+    // Without a viewport of Puppeteer's (`defaultViewport: null`), Chrome captures what the
+    // window shows: the page's width, and a height the window decides.
+    const width = yield* Effect.promise(() => page.evaluate(() => innerWidth))
+    const shot = Buffer.from(yield* Effect.promise(() => page.screenshot()))
+    expect(pngSize(shot)).toEqual({ width, height: expect.any(Number) })
+    yield* Effect.promise(() => page.close())
+  })
+
 /** A bare CDP client on a WebSocket: `send` answers with the response to its command. */
 const rawClient = (endpoint: string, user: string) =>
   Effect.gen(function*() {
@@ -176,13 +206,21 @@ const extensionIdAt = (ws: string, user: string) =>
   })
 
 layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoint", (it) => {
-  describe("Playwright connectOverCDP", () => {
+  describe("CDP clients", () => {
     it.scoped("drives a new page of the user's browser: goto, evaluate, fill, click, console, screenshot, close", () =>
       Effect.gen(function*() {
         const { extensionId, pages, worker } = yield* CdpBrowser
         const ws = yield* switchboard(extensionId)
         yield* configure(worker, ws, "alice")
         yield* drive(`${ws}/cdp/${yield* extensionIdAt(ws, "alice")}`, "alice", pages)
+      }), 120_000)
+
+    it.scoped("Puppeteer (connect) does the same", () =>
+      Effect.gen(function*() {
+        const { extensionId, pages, worker } = yield* CdpBrowser
+        const ws = yield* switchboard(extensionId)
+        yield* configure(worker, ws, "dan")
+        yield* driveWithPuppeteer(`${ws}/cdp/${yield* extensionIdAt(ws, "dan")}`, "dan", pages)
       }), 120_000)
 
     it.scoped("does the same through another edge than the extension's, with every service its own process on NATS", () =>

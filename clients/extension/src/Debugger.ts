@@ -86,7 +86,8 @@ export const drive = async (tabId: number, connection: string): Promise<Cdp.Targ
     targetId: target?.id ?? String(tabId),
     type: "page",
     title: tab.title ?? "",
-    url: tab.url ?? "",
+    // A tab still loading has no url yet; clients wait for a page target with one (Puppeteer does).
+    url: tab.url || tab.pendingUrl || "about:blank",
     attached: true,
     canAccessOpener: false
   }
