@@ -212,7 +212,8 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         const { extensionId, pages, worker } = yield* CdpBrowser
         const ws = yield* switchboard(extensionId)
         yield* configure(worker, ws, "alice")
-        yield* drive(`${ws}/cdp/${yield* extensionIdAt(ws, "alice")}`, "alice", pages)
+        // Given the http:// URL, Playwright reads /json/version first and opens the WebSocket it names.
+        yield* drive(`${ws.replace("ws://", "http://")}/cdp/${yield* extensionIdAt(ws, "alice")}`, "alice", pages)
       }), 120_000)
 
     it.scoped("Puppeteer (connect) does the same", () =>
@@ -268,7 +269,7 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         )
       }), 120_000)
 
-    it.scoped("refuses an upgrade without a token (401), and another user's extension id", () =>
+    it.scoped("refuses an upgrade without a token (401) and another user's extension id; the discovery documents likewise", () =>
       Effect.gen(function*() {
         const { extensionId, worker } = yield* CdpBrowser
         const ws = yield* switchboard(extensionId)
@@ -278,6 +279,20 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         expect(yield* refusal(endpoint, { Authorization: "Bearer not-a-token" })).toBe("HTTP 401")
         expect(yield* refusal(endpoint, { Authorization: `Bearer ${yield* token({ sub: "mallory" })}` })).toMatch(/^1008 extension .* not found or not connected$/)
         expect(yield* refusal(`${ws}/cdp/`, { Authorization: `Bearer ${yield* token({ sub: "alice" })}` })).toBe("HTTP 404")
+
+        // The discovery documents: the same rules, over HTTP.
+        const document = (path: string, headers: Record<string, string> = {}) =>
+          Effect.promise(async () => {
+            const res = await fetch(`${endpoint.replace("ws://", "http://")}${path}`, { headers })
+            return { status: res.status, body: (await res.json()) as unknown }
+          })
+        const alice = { Authorization: `Bearer ${yield* token({ sub: "alice" })}` }
+        expect(yield* document("/json/version", alice)).toEqual({ status: 200, body: expect.objectContaining({ "Protocol-Version": "1.3", webSocketDebuggerUrl: endpoint }) })
+        expect(yield* document("/json/list", alice)).toEqual({ status: 200, body: [] })
+        expect((yield* document("/json/version")).status).toBe(401)
+        expect((yield* document(`/json/version?token=${yield* token({ sub: "alice" })}`)).status).toBe(200)
+        expect((yield* document("/json/version", { Authorization: `Bearer ${yield* token({ sub: "mallory" })}` })).status).toBe(404)
+        expect((yield* document("/json/protocol", alice)).status).toBe(404)
       }), 120_000)
   })
 })

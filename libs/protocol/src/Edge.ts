@@ -49,7 +49,9 @@ export const HttpRequest = Schema.Struct({
   path: Schema.String,
   query: Schema.Record({ key: Schema.String, value: Schema.String }),
   authorization: Schema.optional(Schema.String),
-  body: Schema.String
+  body: Schema.String,
+  /** The edge's public base URL as the client reached it (`PUBLIC_URL`, else the Host header): for URLs in answers. */
+  base: Schema.optional(Schema.String)
 })
 export type HttpRequest = typeof HttpRequest.Type
 

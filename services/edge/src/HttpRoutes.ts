@@ -155,6 +155,7 @@ export const make = (
             path: url.pathname,
             query: Object.fromEntries(url.searchParams),
             body: Buffer.concat(chunks).toString("utf8"),
+            base: options.policy.baseUrl(req.headers.host),
             ...(req.headers.authorization === undefined ? {} : { authorization: req.headers.authorization })
           })
           runFork(

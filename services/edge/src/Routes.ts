@@ -52,5 +52,8 @@ export type HttpRouteTable = Readonly<Record<string, Subjects.ServiceName>>
 
 export const standardHttp: HttpRouteTable = {
   "/admin/": "broker",
-  "/v0/topics": "broker"
+  "/v0/topics": "broker",
+  // The CDP endpoint's discovery documents (`/cdp/{extension_id}/json/version`); the WebSocket
+  // itself is an upgrade, which never reaches these.
+  "/cdp/": "router"
 }

@@ -9,6 +9,7 @@ import { Actors } from "@switchboard/bus"
 import { Proxy } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as CdpDiscovery from "./CdpDiscovery.ts"
 import * as CdpSession from "./CdpSession.ts"
 import * as ClientSession from "./ClientSession.ts"
 import * as ExtensionSession from "./ExtensionSession.ts"
@@ -21,6 +22,7 @@ export const make = Effect.gen(function*() {
   const client = ClientSession.make(replica)
   const cdp = CdpSession.make(replica)
   yield* InternalRequests.serve(replica)
+  yield* CdpDiscovery.serve(replica)
   yield* Actors.host({
     service: "router",
     protocol: Replica.peers,
