@@ -117,7 +117,15 @@ describe("the edge's HTTP routes", () => {
       expect([answer.status, answer.type]).toEqual([201, "application/json"])
       expect(JSON.parse(answer.body)).toEqual({
         tag: "HttpForward",
-        asked: { method: "POST", path: "/admin/participants/p1/promote", query: { x: "1" }, body: "{\"to\":\"full\"}", authorization: "Bearer admin" }
+        asked: {
+          method: "POST",
+          path: "/admin/participants/p1/promote",
+          query: { x: "1" },
+          body: "{\"to\":\"full\"}",
+          authorization: "Bearer admin",
+          // The base the client reached, for URLs in answers.
+          base: edge.http
+        }
       })
       const large = yield* request(`${edge.http}/v0/topics`, { method: "POST", body: "x".repeat(65 * 1024) }).pipe(
         Effect.map(statusAndBody),
