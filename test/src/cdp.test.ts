@@ -1,9 +1,10 @@
 /**
  * A user's own browser as a CDP endpoint (`/cdp/{extension_id}`): the project's extension in real
- * headless Chromium connects to Switchboard as usual, and the unmodified CDP clients
- * (Playwright's `chromium.connectOverCDP`, Puppeteer's `connect`, both pinned) drive that browser
- * through the endpoint: it opens a page, navigates to a served page, evaluates, fills and clicks, hears a
- * console event, takes a screenshot and closes the page. Another user, and no token, get nothing.
+ * headless Chromium connects to Switchboard as usual, and the unmodified CDP clients, pinned, drive
+ * that browser through the endpoint. Playwright (`connectOverCDP`) and Puppeteer (`connect`) open
+ * a page, navigate to a served page, evaluate, fill and click, hear a console event, take a
+ * screenshot and close the page; Playwright MCP and Chrome DevTools MCP, started with the endpoint
+ * on their command lines, navigate and snapshot it. Another user, and no token, get nothing.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Registry } from "@switchboard/registry"
@@ -17,12 +18,18 @@ import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import { type Browser, chromium, type Worker } from "playwright-core"
 import puppeteer from "puppeteer-core"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { createRequire } from "node:module"
+import { dirname, join } from "node:path"
 import WebSocket from "ws"
 import { configure, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
 import { freePort } from "./support/FreePort.ts"
 import * as Processes from "./support/Processes.ts"
 import { client } from "./support/ProxyPeers.ts"
 import { busLayer, stack, token } from "./support/Stack.ts"
+
+const require = createRequire(import.meta.url)
 
 const pages = {
   "/control.html": `<!doctype html><title>Control</title>
@@ -138,6 +145,27 @@ const driveWithPuppeteer = (endpoint: string, user: string, pages: string) =>
     yield* Effect.promise(() => page.close())
   })
 
+/** An MCP server that drives a browser over CDP, started as its users start it, with the SDK's client on its stdio. */
+const mcpServer = (script: string, args: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const mcp = new Client({ name: "cdp-test", version: "1.0.0" })
+      await mcp.connect(new StdioClientTransport({ command: process.execPath, args: [script, ...args], stderr: "pipe" }))
+      return mcp
+    }),
+    (mcp) => Effect.promise(() => mcp.close().catch(() => undefined))
+  )
+
+/** The text of a tool's answer; an error answer fails the test with it. */
+const callTool = (mcp: Client, name: string, args: Record<string, unknown> = {}) =>
+  Effect.promise(() => mcp.callTool({ name, arguments: args }, undefined, { timeout: 60_000 })).pipe(
+    Effect.map((r) => {
+      const text = (r.content as Array<{ type: string; text?: string }>).map((c) => c.text ?? "").join("\n")
+      if (r.isError === true) throw new Error(`${name} failed: ${text}`)
+      return text
+    })
+  )
+
 /** A bare CDP client on a WebSocket: `send` answers with the response to its command. */
 const rawClient = (endpoint: string, user: string) =>
   Effect.gen(function*() {
@@ -222,6 +250,36 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         const ws = yield* switchboard(extensionId)
         yield* configure(worker, ws, "dan")
         yield* driveWithPuppeteer(`${ws}/cdp/${yield* extensionIdAt(ws, "dan")}`, "dan", pages)
+      }), 120_000)
+
+    it.scoped("Playwright MCP (--cdp-endpoint, --cdp-header) navigates and snapshots the served page", () =>
+      Effect.gen(function*() {
+        const { extensionId, pages, worker } = yield* CdpBrowser
+        const ws = yield* switchboard(extensionId)
+        yield* configure(worker, ws, "erin")
+        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "erin")}`
+        const mcp = yield* mcpServer(join(dirname(require.resolve("@playwright/mcp/package.json")), "cli.js"), ["--cdp-endpoint", endpoint, "--cdp-header", `Authorization: Bearer ${yield* token({ sub: "erin" })}`])
+        yield* callTool(mcp, "browser_navigate", { url: `${pages}/control.html` })
+        const snapshot = yield* callTool(mcp, "browser_snapshot")
+        expect(snapshot).toContain("button \"Go\"")
+        expect(snapshot).toContain("idle")
+      }), 120_000)
+
+    it.scoped("Chrome DevTools MCP (--wsEndpoint, --wsHeaders) lists its page and snapshots it", () =>
+      Effect.gen(function*() {
+        const { extensionId, pages, worker } = yield* CdpBrowser
+        const ws = yield* switchboard(extensionId)
+        yield* configure(worker, ws, "faye")
+        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "faye")}`
+        const headers = JSON.stringify({ Authorization: `Bearer ${yield* token({ sub: "faye" })}` })
+        const mcp = yield* mcpServer(require.resolve("chrome-devtools-mcp/build/src/bin/chrome-devtools-mcp.js"), ["--wsEndpoint", endpoint, "--wsHeaders", headers])
+        yield* callTool(mcp, "new_page", { url: `${pages}/control.html` })
+        // Listed as "<pageId>: <url> [selected]"; page tools name the page by that id.
+        const listed = yield* callTool(mcp, "list_pages")
+        const pageId = new RegExp(`^(\\d+): ${pages}/control\\.html`, "m").exec(listed)?.[1]
+        expect(pageId, listed).toBeDefined()
+        const snapshot = yield* callTool(mcp, "take_snapshot", { pageId: Number(pageId) })
+        expect(snapshot).toContain("button \"Go\"")
       }), 120_000)
 
     it.scoped("does the same through another edge than the extension's, with every service its own process on NATS", () =>
