@@ -128,7 +128,9 @@ describe("MCPx history pages: bounded by bytes", () => {
       expect(first.more).toBe(true)
       const pages = yield* allPages(http, "wide", 1_000)
       expect(pages.reverse().flatMap((p) => p.envelopes.map((e) => e.id))).toEqual(sent)
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+      // Scoped inside the server's layer: the stack closes while its NATS server still runs. Closed
+      // after the server had stopped, it took some 40 s to give up on it, in this test and the next.
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 })
 
 describe("MCPx history pages: reads at once", () => {
@@ -153,7 +155,7 @@ describe("MCPx history pages: reads at once", () => {
       }
       // Once the others are done, the same read succeeds.
       expect((yield* page(http, "busy", "limit=1000")).status).toBe(200)
-    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 60_000)
 
   it.scopedLive("eight concurrent reads of 500 envelopes of 60 KB keep npm start's RSS bounded", () =>
     Effect.gen(function*() {

@@ -60,6 +60,8 @@ const probe = (natsUrl?: string) =>
 describe("readiness of npm start", () => {
   it.scopedLive("on the embedded bus, /readyz is 503 until every service of the process runs; once it is 200, /tabs and /hub open at once", () => probe(), 120_000)
 
+  // Scoped inside the server's layer: the process stops while its NATS server still runs. Stopped
+  // after the server, it spent some 20 s of its shutdown on the missing server.
   it.scopedLive("on NATS, the same", () =>
-    Effect.flatMap(NatsServer, ({ url }) => probe(url)).pipe(Effect.provide(NatsServer.layer)), 120_000)
+    Effect.flatMap(NatsServer, ({ url }) => probe(url)).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 120_000)
 })
