@@ -6,10 +6,12 @@
  * doubling until p99 passes 50 ms, then the knee), mcpx-crowd (the same in one 1,000-member topic),
  * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab),
  * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub),
+ * cdp (Runtime.evaluate in a page of the user's browser through /cdp/{extension_id}, against direct CDP),
  * idle (RSS per idle authenticated socket on every WebSocket path; not run by default, it takes minutes),
  * mcpx-topics (5,000 topics of 5: time to join, RSS per topic, then chat over all; not run by default).
  * NATS comes from the same testcontainer the tests use.
  */
+import { cdpSuite } from "./cdp.ts"
 import * as Effect from "effect/Effect"
 import type { WebSocket } from "ws"
 import { measure, paired, type Target } from "./measure.ts"
@@ -246,7 +248,8 @@ const suites: Record<string, Effect.Effect<void, unknown>> = {
   mcpx: mcpxSuite,
   "mcpx-crowd": mcpxCrowdSuite,
   registry: registrySuite,
-  "hub-http": hubHttpSuite
+  "hub-http": hubHttpSuite,
+  cdp: cdpSuite
 }
 /** Run only when named: they open 10,000 sockets on each of five paths per target, or 25,000 at once, for minutes. */
 const onDemand: Record<string, Effect.Effect<void, unknown>> = { idle: idleSuite, "mcpx-topics": mcpxTopicsSuite }
@@ -267,6 +270,7 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "BENCH_TOPICS and BENCH_TOPIC_SIZE set the mcpx-topics suite's topics and participants per topic (default 5000 and 5),",
       "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 32).",
       "  Its sockets are spread over load processes of at most 10,000 each (the descriptor limit here is 20,000).",
+      "The cdp suite launches Debian's chromium with the extension: Runtime.evaluate through /cdp/{extension_id} against direct CDP.",
       "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
       "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",
       "BENCH_HEAP_PROFILE=<dir> samples what every server process allocates (garbage included) over each measured window",

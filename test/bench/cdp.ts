@@ -1,0 +1,133 @@
+/**
+ * The `cdp` suite: a `Runtime.evaluate` round trip in a page of the user's browser, through
+ * Switchboard's CDP endpoint (`/cdp/{extension_id}`: client → edge → router → edge → the
+ * extension's socket → `chrome.debugger`, and back) against direct CDP to the same Chromium
+ * (`--remote-debugging-port`), in the same run: 1×1 for latency, 1×10 for what one client's
+ * commands in flight get. A browser's debugger serves one tab's commands in order, so more clients
+ * would measure Chromium, not the path.
+ */
+import { buildExtension } from "@switchboard/extension/build"
+import { Keys } from "@switchboard/extension/keys"
+import * as Effect from "effect/Effect"
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { type WebSocket } from "ws"
+import { launch } from "../src/support/Browser.ts"
+import { freePort } from "../src/support/FreePort.ts"
+import { open, run, type Shape } from "./load.ts"
+import { SECONDS, WARMUP } from "./measure.ts"
+import { costs, issueToken, measuredWindow, Ready, sample, startService, unlimited } from "./processes.ts"
+import { report, type ThroughputLine } from "./report.ts"
+
+const SHAPES: ReadonlyArray<readonly [string, Shape]> = [
+  ["1x1", { clients: 1, inFlight: 1 }],
+  ["1x10", { clients: 1, inFlight: 10 }]
+]
+
+/** Sends one CDP command on a socket and waits for its answer (setup only: the loop does its own). */
+const command = (ws: WebSocket, id: number, method: string, params: object = {}) =>
+  new Promise<Record<string, unknown>>((resolve, reject) => {
+    const onMessage = (data: Buffer) => {
+      const m = JSON.parse(String(data)) as Record<string, unknown>
+      if (m["id"] !== id) return
+      ws.off("message", onMessage)
+      if (m["error"] !== undefined) reject(new Error(`${method}: ${JSON.stringify(m["error"])}`))
+      else resolve((m["result"] ?? {}) as Record<string, unknown>)
+    }
+    ws.on("message", onMessage)
+    ws.send(JSON.stringify({ id, method, params }))
+  })
+
+/** Opens a page on a browser-level CDP socket and attaches to it (flattened); its session id. */
+const pageSession = async (ws: WebSocket) => {
+  const { targetId } = await command(ws, -1, "Target.createTarget", { url: "about:blank" })
+  const { sessionId } = await command(ws, -2, "Target.attachToTarget", { targetId, flatten: true })
+  if (typeof sessionId !== "string") throw new Error("Target.attachToTarget gave no session")
+  return sessionId
+}
+
+const isAnswer = (data: Buffer) => data.subarray(0, 6).toString() === "{\"id\":"
+
+/** Every shape of `Runtime.evaluate` against the browser-level CDP socket at `url`. */
+const measureTarget = (name: string, url: string, groups: Parameters<typeof sample>[0]) =>
+  Effect.forEach(SHAPES, ([shape, load]) =>
+    Effect.gen(function*() {
+      // One socket per shape: the load opens it, and its page session is made before the loop.
+      let session = ""
+      const window = measuredWindow(() => sample(groups), `cdp ${name} ${shape}`)
+      const r = yield* Effect.tryPromise(() =>
+        run({
+          url,
+          shape: load,
+          seconds: SECONDS,
+          warmupSeconds: WARMUP,
+          setup: async (ws) => void (session = await pageSession(ws)),
+          frame: (n) => `{"id":${n},"method":"Runtime.evaluate","params":{"expression":"${n}+1"},"sessionId":"${session}"}`,
+          isReply: isAnswer,
+          onWindow: window.onWindow
+        })
+      )
+      const line: ThroughputLine = {
+        suite: "cdp",
+        target: name,
+        shape,
+        msgs_per_s: r.msgsPerSec,
+        p50_us: r.p50Us,
+        p99_us: r.p99Us,
+        ...costs(groups, window.opened(), window.closed(), r.count, "msg")
+      }
+      return line
+    })
+  )
+
+interface WorkerGlobals {
+  readonly chrome: { readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } } }
+}
+
+export const cdpSuite = Effect.scoped(Effect.gen(function*() {
+  const dir = yield* Effect.acquireRelease(
+    Effect.promise(() => mkdtemp(join(tmpdir(), "sb-bench-extension-"))),
+    (d) => Effect.promise(() => rm(d, { recursive: true, force: true }))
+  )
+  yield* Effect.promise(() => buildExtension(dir))
+  const debugPort = yield* freePort
+  const context = yield* launch({ args: [`--disable-extensions-except=${dir}`, `--load-extension=${dir}`, `--remote-debugging-port=${debugPort}`] })
+  const worker = context.serviceWorkers()[0] ?? (yield* Effect.promise(() => context.waitForEvent("serviceworker", { timeout: 10_000 })))
+
+  const server = yield* startService("all-in-one", "services/all-in-one/src/main.ts", unlimited, [Ready.edge, Ready.router])
+  const user = "bench-cdp"
+  const token = yield* issueToken({ sub: user, ttl: "1 hour" })
+  yield* Effect.promise(() =>
+    worker.evaluate((items) => (globalThis as unknown as WorkerGlobals).chrome.storage.local.set(items), {
+      [Keys.serverUrl]: `http://127.0.0.1:${server.port}`,
+      [Keys.token]: token
+    })
+  )
+  // The proxy's id of the extension, once it has connected.
+  const extensionId = yield* Effect.tryPromise(async () => {
+    const mcp = await open(`ws://127.0.0.1:${server.port}/mcp`)
+    try {
+      await command(mcp, 1, "mcp_handshake", { accessToken: token })
+      for (let i = 0; i < 300; i++) {
+        const { extensions } = (await command(mcp, 2 + i, "list_extensions")) as { extensions?: Array<{ id: string }> }
+        const id = extensions?.[0]?.id
+        if (id !== undefined) return id
+        await new Promise((r) => setTimeout(r, 100))
+      }
+      throw new Error("the extension never connected")
+    } finally {
+      mcp.terminate()
+    }
+  })
+
+  const direct = yield* Effect.tryPromise(async () => {
+    const res = await fetch(`http://127.0.0.1:${debugPort}/json/version`)
+    return ((await res.json()) as { webSocketDebuggerUrl: string }).webSocketDebuggerUrl
+  })
+  const lines = [
+    ...(yield* measureTarget("direct-cdp", direct, [])),
+    ...(yield* measureTarget("switchboard-embedded", `ws://127.0.0.1:${server.port}/cdp/${extensionId}?token=${token}`, [["server", [server]]]))
+  ].map((l) => ({ ...l, hops: l.target === "direct-cdp" ? "client-chromium" : "client-edge-router-edge-extension-chromium" }))
+  report(lines, { ratio_to_direct: "direct-cdp" }, { p50_ratio_to_direct: "direct-cdp" })
+}))
