@@ -4,18 +4,16 @@
  * that browser through the endpoint. Playwright (`connectOverCDP`) and Puppeteer (`connect`) open
  * a page, navigate to a served page, evaluate, fill and click, hear a console event, take a
  * screenshot and close the page; Playwright MCP and Chrome DevTools MCP, started with the endpoint
- * on their command lines, navigate and snapshot it. Another user, and no token, get nothing.
+ * on their command lines, navigate and snapshot it. Another user, and no token, get nothing. The
+ * services run as processes on NATS, and every client connects through another edge than the
+ * extension's.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Registry } from "@switchboard/registry"
 import { NatsServer } from "@switchboard/testing"
-import { Router } from "@switchboard/router"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Scope from "effect/Scope"
 import { type Browser, chromium, type Worker } from "playwright-core"
 import puppeteer from "puppeteer-core"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
@@ -24,10 +22,9 @@ import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import WebSocket from "ws"
 import { configure, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
-import { freePort } from "./support/FreePort.ts"
 import * as Processes from "./support/Processes.ts"
 import { client } from "./support/ProxyPeers.ts"
-import { busLayer, stack, token } from "./support/Stack.ts"
+import { expiredToken, token } from "./support/Stack.ts"
 
 const require = createRequire(import.meta.url)
 
@@ -40,31 +37,35 @@ const pages = {
 
 interface Harness {
   readonly worker: Worker
-  readonly extensionId: string
   readonly pages: string
+  /** The edge the extension connects to, and another one, which the CDP clients use. */
+  readonly extensionEdge: string
+  readonly clientEdge: string
 }
 class CdpBrowser extends Context.Tag("test/CdpBrowser")<CdpBrowser, Harness>() {}
 
-/** One browser for the file, with the extension, and the pages it is driven to. */
+/**
+ * One browser for the file, with the extension, the pages it is driven to, and one Switchboard of
+ * processes on NATS (auth, router, two edges): every client connects through another edge than
+ * the extension's.
+ */
 const browser = Layer.scoped(
   CdpBrowser,
   Effect.gen(function*() {
     const { extensionId, worker } = yield* withExtension
-    return { worker, extensionId, pages: yield* pageServer(pages) }
+    const { url } = yield* NatsServer
+    const { edges: [a, b] } = yield* Processes.deployment(url, { edges: 2, env: { ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } })
+    if (a === undefined || b === undefined) return yield* Effect.dieMessage("the deployment has fewer than two edges")
+    return { worker, pages: yield* pageServer(pages), extensionEdge: a.ws, clientEdge: b.ws }
   })
-)
+).pipe(Layer.provide(NatsServer.layer))
 
-/** A Switchboard (edge, router and registry) on a free port over the embedded bus; its ws:// base. */
-const switchboard = (extensionId: string) =>
+/** Points the extension at its edge as `user`; the CDP endpoint of that extension on the other edge. */
+const connectedAs = (user: string) =>
   Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
-    const port = yield* freePort
-    yield* Layer.buildWithScope(
-      stack(busLayer(), { services: Layer.mergeAll(Router.layer, Registry.layer), env: { PORT: String(port), ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } }),
-      scope
-    )
-    return `ws://127.0.0.1:${port}`
+    const { clientEdge, extensionEdge, worker } = yield* CdpBrowser
+    yield* configure(worker, extensionEdge, user)
+    return `${clientEdge}/cdp/${yield* extensionIdAt(clientEdge, user)}`
   })
 
 /** Playwright connected over CDP to `endpoint` with `headers`; closed with the scope. */
@@ -233,31 +234,25 @@ const extensionIdAt = (ws: string, user: string) =>
     return ext!.id
   })
 
-layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoint", (it) => {
+layer(browser, { excludeTestServices: true, timeout: "180 seconds" })("CDP endpoint", (it) => {
   describe("CDP clients", () => {
     it.scoped("drives a new page of the user's browser: goto, evaluate, fill, click, console, screenshot, close", () =>
       Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "alice")
+        const { pages } = yield* CdpBrowser
         // Given the http:// URL, Playwright reads /json/version first and opens the WebSocket it names.
-        yield* drive(`${ws.replace("ws://", "http://")}/cdp/${yield* extensionIdAt(ws, "alice")}`, "alice", pages)
+        yield* drive((yield* connectedAs("alice")).replace("ws://", "http://"), "alice", pages)
       }), 120_000)
 
     it.scoped("Puppeteer (connect) does the same", () =>
       Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "dan")
-        yield* driveWithPuppeteer(`${ws}/cdp/${yield* extensionIdAt(ws, "dan")}`, "dan", pages)
+        const { pages } = yield* CdpBrowser
+        yield* driveWithPuppeteer(yield* connectedAs("dan"), "dan", pages)
       }), 120_000)
 
     it.scoped("Playwright MCP (--cdp-endpoint, --cdp-header) navigates and snapshots the served page", () =>
       Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "erin")
-        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "erin")}`
+        const { pages } = yield* CdpBrowser
+        const endpoint = yield* connectedAs("erin")
         const mcp = yield* mcpServer(join(dirname(require.resolve("@playwright/mcp/package.json")), "cli.js"), ["--cdp-endpoint", endpoint, "--cdp-header", `Authorization: Bearer ${yield* token({ sub: "erin" })}`])
         yield* callTool(mcp, "browser_navigate", { url: `${pages}/control.html` })
         const snapshot = yield* callTool(mcp, "browser_snapshot")
@@ -267,10 +262,8 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
 
     it.scoped("Chrome DevTools MCP (--wsEndpoint, --wsHeaders) lists its page and snapshots it", () =>
       Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "faye")
-        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "faye")}`
+        const { pages } = yield* CdpBrowser
+        const endpoint = yield* connectedAs("faye")
         const headers = JSON.stringify({ Authorization: `Bearer ${yield* token({ sub: "faye" })}` })
         const mcp = yield* mcpServer(require.resolve("chrome-devtools-mcp/build/src/bin/chrome-devtools-mcp.js"), ["--wsEndpoint", endpoint, "--wsHeaders", headers])
         yield* callTool(mcp, "new_page", { url: `${pages}/control.html` })
@@ -282,22 +275,10 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         expect(snapshot).toContain("button \"Go\"")
       }), 120_000)
 
-    it.scoped("does the same through another edge than the extension's, with every service its own process on NATS", () =>
-      Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const { url } = yield* NatsServer
-        const { edges: [a, b] } = yield* Processes.deployment(url, { edges: 2, env: { ALLOWED_ORIGINS: `chrome-extension://${extensionId}` } })
-        if (a === undefined || b === undefined) return yield* Effect.dieMessage("the deployment has fewer than two edges")
-        yield* configure(worker, a.ws, "bob")
-        yield* drive(`${b.ws}/cdp/${yield* extensionIdAt(b.ws, "bob")}`, "bob", pages)
-      }).pipe(Effect.provide(NatsServer.layer)), 180_000)
-
     it.scoped("keeps each client to its own tabs, answers bad frames as Chrome does, and detaches a client's tabs when it goes", () =>
       Effect.gen(function*() {
-        const { extensionId, pages, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "carol")
-        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "carol")}`
+        const { pages, worker } = yield* CdpBrowser
+        const endpoint = yield* connectedAs("carol")
         const first = yield* rawClient(endpoint, "carol")
         const second = yield* rawClient(endpoint, "carol")
         const created = yield* first.send({ method: "Target.createTarget", params: { url: `${pages}/control.html` } })
@@ -308,6 +289,9 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         expect(yield* second.send({ method: "Target.getTargets" })).toMatchObject({ result: { targetInfos: [] } })
         expect(yield* second.send({ method: "Target.attachToTarget", params: { targetId, flatten: true } })).toMatchObject({ error: { code: -32602, message: expect.stringMatching(/drives only the tabs it opened/) } })
         expect(yield* second.send({ method: "Runtime.evaluate", params: { expression: "1" }, sessionId: "sb-made-up" })).toMatchObject({ error: { message: "Session with given id not found." } })
+
+        // A page the debugger may not attach to gets an error, not a hang.
+        expect(yield* second.send({ method: "Target.createTarget", params: { url: "chrome://version" } })).toMatchObject({ error: { message: expect.stringMatching(/chrome:\/\//) } })
 
         // Bad frames get CDP's errors, and the socket goes on.
         expect(yield* second.send({ raw: "{not json", id: 0 })).toMatchObject({ error: { code: -32700 } })
@@ -329,14 +313,13 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
 
     it.scoped("refuses an upgrade without a token (401) and another user's extension id; the discovery documents likewise", () =>
       Effect.gen(function*() {
-        const { extensionId, worker } = yield* CdpBrowser
-        const ws = yield* switchboard(extensionId)
-        yield* configure(worker, ws, "alice")
-        const endpoint = `${ws}/cdp/${yield* extensionIdAt(ws, "alice")}`
+        const { clientEdge } = yield* CdpBrowser
+        const endpoint = yield* connectedAs("alice")
         expect(yield* refusal(endpoint)).toBe("HTTP 401")
         expect(yield* refusal(endpoint, { Authorization: "Bearer not-a-token" })).toBe("HTTP 401")
+        expect(yield* refusal(endpoint, { Authorization: `Bearer ${expiredToken("alice")}` })).toBe("HTTP 401")
         expect(yield* refusal(endpoint, { Authorization: `Bearer ${yield* token({ sub: "mallory" })}` })).toMatch(/^1008 extension .* not found or not connected$/)
-        expect(yield* refusal(`${ws}/cdp/`, { Authorization: `Bearer ${yield* token({ sub: "alice" })}` })).toBe("HTTP 404")
+        expect(yield* refusal(`${clientEdge}/cdp/`, { Authorization: `Bearer ${yield* token({ sub: "alice" })}` })).toBe("HTTP 404")
 
         // The discovery documents: the same rules, over HTTP.
         const document = (path: string, headers: Record<string, string> = {}) =>
@@ -348,6 +331,7 @@ layer(browser, { excludeTestServices: true, timeout: "60 seconds" })("CDP endpoi
         expect(yield* document("/json/version", alice)).toEqual({ status: 200, body: expect.objectContaining({ "Protocol-Version": "1.3", webSocketDebuggerUrl: endpoint }) })
         expect(yield* document("/json/list", alice)).toEqual({ status: 200, body: [] })
         expect((yield* document("/json/version")).status).toBe(401)
+        expect((yield* document("/json/version", { Authorization: `Bearer ${expiredToken("alice")}` })).status).toBe(401)
         expect((yield* document(`/json/version?token=${yield* token({ sub: "alice" })}`)).status).toBe(200)
         expect((yield* document("/json/version", { Authorization: `Bearer ${yield* token({ sub: "mallory" })}` })).status).toBe(404)
         expect((yield* document("/json/protocol", alice)).status).toBe(404)
