@@ -195,6 +195,10 @@ const rawClient = (endpoint: string, user: string) =>
     return { send, close: Effect.sync(() => ws.close()) }
   })
 
+interface TabsGlobals {
+  readonly chrome: { readonly tabs: { query(filter: { readonly url: string }): Promise<Array<unknown>> } }
+}
+
 interface DebuggerGlobals {
   readonly chrome: {
     readonly debugger: {
@@ -292,6 +296,12 @@ layer(browser, { excludeTestServices: true, timeout: "180 seconds" })("CDP endpo
 
         // A page the debugger may not attach to gets an error, not a hang.
         expect(yield* second.send({ method: "Target.createTarget", params: { url: "chrome://version" } })).toMatchObject({ error: { message: expect.stringMatching(/chrome:\/\//) } })
+        // and the tab opened for it is closed again.
+        yield* Effect.promise(() => worker.evaluate(async () => (await (globalThis as unknown as TabsGlobals).chrome.tabs.query({ url: "chrome://version/*" })).length)).pipe(
+          Effect.filterOrFail((n) => n === 0, (n) => new Error(`${n} chrome://version tabs are still open`)),
+          Effect.retry(Schedule.spaced("100 millis")),
+          Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("the tab of a page the debugger refused stayed open") })
+        )
 
         // Bad frames get CDP's errors, and the socket goes on.
         expect(yield* second.send({ raw: "{not json", id: 0 })).toMatchObject({ error: { code: -32700 } })

@@ -123,7 +123,11 @@ class CdpClient {
       const tabId = isRecord(created.result) ? created.result["tabId"] : undefined
       if (typeof tabId !== "number") return reply(failed("the extension opened a tab but did not say which"))
       this.ask(Cdp.Method.attach, { tabId, connection_id: this.session.connectionId } satisfies Cdp.AttachParams, (attached) => {
-        if ("error" in attached) return reply(attached)
+        if ("error" in attached) {
+          // A tab the debugger may not attach to (a chrome:// page) is no use to the client that opened it.
+          this.ask("closeTab", { tabId }, () => undefined)
+          return reply(attached)
+        }
         if (!isRecord(attached.result) || typeof attached.result["targetId"] !== "string") return reply(failed("the extension attached the tab but gave no target"))
         // Clients require a context id of every page (Playwright asserts it); the user's browser has one.
         const info = { ...(attached.result as unknown as Cdp.TargetInfo), browserContextId: CONTEXT }
@@ -218,6 +222,7 @@ class CdpClient {
     const params = isRecord(message["params"]) ? message["params"] : {}
     const sessionId = typeof message["sessionId"] === "string" ? message["sessionId"] : undefined
     const reply = (answer: Answer) => this.answer(id, sessionId, answer)
+    if (frame.limited) return reply(failed("Rate limit exceeded"))
     if (sessionId === undefined) return this.browser(method, params, reply)
     const page = this.pages.get(sessionId)
     const tabId = page?.tabId ?? this.children.get(sessionId)
