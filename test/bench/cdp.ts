@@ -2,7 +2,8 @@
  * The `cdp` suite: a `Runtime.evaluate` round trip in a page of the user's browser, through
  * Switchboard's CDP endpoint (`/cdp/{extension_id}`: client → edge → router → edge → the
  * extension's socket → `chrome.debugger`, and back) against direct CDP to the same Chromium
- * (`--remote-debugging-port`), in the same run: 1×1 for latency, 1×10 for what one client's
+ * (`--remote-debugging-port`) and against the extension's own floor (its service worker straight
+ * to `chrome.debugger`), in the same run: 1×1 for latency, 1×10 for what one client's
  * commands in flight get. A browser's debugger serves one tab's commands in order, so more clients
  * would measure Chromium, not the path.
  */
@@ -12,6 +13,7 @@ import * as Effect from "effect/Effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import type { Worker } from "playwright-core"
 import { type WebSocket } from "ws"
 import { launch } from "../src/support/Browser.ts"
 import { freePort } from "../src/support/FreePort.ts"
@@ -19,6 +21,12 @@ import { open, run, type Shape } from "./load.ts"
 import { SECONDS, WARMUP } from "./measure.ts"
 import { costs, issueToken, measuredWindow, Ready, sample, startService, unlimited } from "./processes.ts"
 import { report, type ThroughputLine } from "./report.ts"
+
+const HOPS: Readonly<Record<string, string>> = {
+  "direct-cdp": "client-chromium",
+  "extension-floor": "service worker-chromium",
+  "switchboard-embedded": "client-edge-router-edge-extension-chromium"
+}
 
 const SHAPES: ReadonlyArray<readonly [string, Shape]> = [
   ["1x1", { clients: 1, inFlight: 1 }],
@@ -82,8 +90,58 @@ const measureTarget = (name: string, url: string, groups: Parameters<typeof samp
   )
 
 interface WorkerGlobals {
-  readonly chrome: { readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } } }
+  readonly chrome: {
+    readonly storage: { readonly local: { set(items: Record<string, string>): Promise<void> } }
+    readonly tabs: { create(p: { url: string; active: boolean }): Promise<{ id?: number }>; remove(id: number): Promise<void> }
+    readonly debugger: {
+      attach(t: { tabId: number }, v: string): Promise<void>
+      detach(t: { tabId: number }): Promise<void>
+      sendCommand(t: { tabId: number }, method: string, params: object): Promise<unknown>
+    }
+  }
 }
+
+/**
+ * The extension's own floor: the same command from its service worker straight to
+ * `chrome.debugger`, with no socket at all, in a tab of its own. What is left of the endpoint's
+ * latency above this is Switchboard's and the extension socket's.
+ */
+const extensionFloor = (worker: Worker) =>
+  Effect.forEach(SHAPES, ([shape, { inFlight }]) =>
+    Effect.promise(() =>
+      worker.evaluate(async ({ inFlight, seconds, warmup }) => {
+        const { debugger: d, tabs } = (globalThis as unknown as WorkerGlobals).chrome
+        const tab = await tabs.create({ url: "about:blank", active: false })
+        const tabId = tab.id ?? -1
+        await d.attach({ tabId }, "1.3")
+        const latencies: Array<number> = []
+        let measuring = false
+        let stopped = false
+        let n = 0
+        const loop = async () => {
+          while (!stopped) {
+            const t0 = performance.now()
+            await d.sendCommand({ tabId }, "Runtime.evaluate", { expression: `${n++}+1` })
+            if (measuring) latencies.push((performance.now() - t0) * 1000)
+          }
+        }
+        const loops = Array.from({ length: inFlight }, loop)
+        await new Promise((r) => setTimeout(r, warmup * 1000))
+        measuring = true
+        const start = performance.now()
+        await new Promise((r) => setTimeout(r, seconds * 1000))
+        measuring = false
+        const elapsed = (performance.now() - start) / 1000
+        stopped = true
+        await Promise.all(loops)
+        await d.detach({ tabId })
+        await tabs.remove(tabId)
+        const sorted = latencies.sort((a, b) => a - b)
+        const at = (p: number) => Math.round(sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0)
+        return { msgs_per_s: Math.round(latencies.length / elapsed), p50_us: at(50), p99_us: at(99) }
+      }, { inFlight, seconds: SECONDS, warmup: WARMUP })
+    ).pipe(Effect.map((r): ThroughputLine => ({ suite: "cdp", target: "extension-floor", shape, ...r })))
+  )
 
 export const cdpSuite = Effect.scoped(Effect.gen(function*() {
   const dir = yield* Effect.acquireRelease(
@@ -127,7 +185,8 @@ export const cdpSuite = Effect.scoped(Effect.gen(function*() {
   })
   const lines = [
     ...(yield* measureTarget("direct-cdp", direct, [])),
+    ...(yield* extensionFloor(worker)),
     ...(yield* measureTarget("switchboard-embedded", `ws://127.0.0.1:${server.port}/cdp/${extensionId}?token=${token}`, [["server", [server]]]))
-  ].map((l) => ({ ...l, hops: l.target === "direct-cdp" ? "client-chromium" : "client-edge-router-edge-extension-chromium" }))
+  ].map((l) => ({ ...l, hops: HOPS[l.target] ?? "" }))
   report(lines, { ratio_to_direct: "direct-cdp" }, { p50_ratio_to_direct: "direct-cdp" })
 }))
