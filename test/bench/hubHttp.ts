@@ -33,10 +33,10 @@ import { benchTab, hubLoad, TOOL } from "./registry.ts"
 import { print, round2, type ThroughputLine } from "./report.ts"
 
 
-/** One POST on a kept-alive connection; the status and the body. */
-const post = (agent: Http.Agent, url: URL, headers: Record<string, string>, body: string) =>
+/** One request (a POST unless told) on a kept-alive connection; the status and the body. */
+const post = (agent: Http.Agent, url: URL, headers: Record<string, string>, body: string, method = "POST") =>
   new Promise<{ readonly status: number; readonly session: string | undefined; readonly body: string }>((resolve, reject) => {
-    const req = Http.request(url, { method: "POST", agent, headers: { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
+    const req = Http.request(url, { method, agent, headers: { ...headers, "content-length": String(Buffer.byteLength(body)) } }, (res) => {
       const chunks: Array<Buffer> = []
       res.on("data", (c: Buffer) => chunks.push(c))
       res.on("end", () => {
@@ -84,6 +84,8 @@ const connection = (url: URL, sockets: Array<Net.Socket>) =>
 interface Prepared {
   readonly headers: Record<string, string>
   readonly params?: string
+  /** Ends what `Prepare` opened, once the run is over. */
+  readonly release?: () => Promise<void>
 }
 
 /** Opens what one client's POSTs need (an MCP session, or nothing but headers). */
@@ -98,7 +100,13 @@ const mcpSession = (token: string): Prepare => async (agent, url) => {
   await post(agent, url, headers, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
   // Every session waits until the tab's tools are listed.
   await listed(agent, url, headers, `{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-  return { headers }
+  // Deleted after the run, as a client does when it is done: a user may hold only so many sessions
+  // (REGISTRY_MAX_HTTP_SESSIONS_PER_USER, 100), and the warm-up and the shapes open 101.
+  const release = async () => {
+    const deleted = await post(agent, url, headers, "", "DELETE")
+    if (deleted.status >= 300) throw new Error(`DELETE of session ${init.session} failed with ${deleted.status}: ${deleted.body}`)
+  }
+  return { headers, release }
 }
 
 /**
@@ -133,8 +141,15 @@ const modern = (token: string): Prepare => async (agent, url) => {
 /** The plain echo needs nothing but the content type. */
 const noSession: Prepare = () => Promise.resolve({ headers: { "content-type": "application/json" } })
 
-/** A session per client, each with `inFlight` POSTs outstanding, closed loop. */
-const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge: "open" | "close") => void, onError: () => void): Promise<Result> => {
+/** A session per client, each with `inFlight` POSTs outstanding, closed loop, for `seconds` after WARMUP. */
+const runHttp = async (
+  url: URL,
+  prepare: Prepare,
+  shape: Shape,
+  seconds: number,
+  onWindow: (edge: "open" | "close") => void,
+  onError: () => void
+): Promise<Result> => {
   const agent = new Http.Agent({ keepAlive: true, maxSockets: Infinity })
   const sessions = await Promise.all(Array.from({ length: shape.clients }, () => prepare(agent, url)))
   const latencies: Array<number> = []
@@ -163,14 +178,15 @@ const runHttp = async (url: URL, prepare: Prepare, shape: Shape, onWindow: (edge
   onWindow("open")
   measuring = true
   const start = performance.now()
-  await new Promise((r) => setTimeout(r, SECONDS * 1000))
+  await new Promise((r) => setTimeout(r, seconds * 1000))
   measuring = false
   const elapsed = (performance.now() - start) / 1000
   onWindow("close")
   stopped = true
   await Promise.race([Promise.all(loops), new Promise((r) => setTimeout(r, 5000))])
-  agent.destroy()
   for (const socket of sockets) socket.destroy()
+  await Promise.all(sessions.map((s) => s.release?.()))
+  agent.destroy()
   const sorted = Float64Array.from(latencies).sort()
   return { msgsPerSec: Math.round(count / elapsed), p50Us: Math.round(percentile(sorted, 50)), p99Us: Math.round(percentile(sorted, 99)), count }
 }
@@ -200,13 +216,28 @@ const targetsSetting = (raw: string | undefined): Effect.Effect<ReadonlySet<Targ
 const errors = new Map<string, number>()
 const countError = (target: string) => () => errors.set(target, (errors.get(target) ?? 0) + 1)
 
+/**
+ * Seconds of unmeasured 50×10 load before a target's first shape. The 0.5 s warm-up of each shape
+ * is a few hundred calls at 1×1, too few for V8 to optimise a path that spans four fresh processes:
+ * the distributed WebSocket /hub, measured first, did 3,172 calls/s at 50×10 (p50 3,989 µs at
+ * 1×1), and 12,119 (1,137 µs) when measured again after the HTTP targets, in one run.
+ */
+const WARM_SECONDS = 2
+
+/** `runShape` unmeasured at 50×10 for WARM_SECONDS, then measured at every shape. */
+const warmedThenMeasured = (name: string, groups: Groups, runShape: (shape: Shape, seconds: number, onWindow: (edge: "open" | "close") => void) => Promise<Result>) =>
+  Effect.zipRight(
+    Effect.tryPromise(() => runShape({ clients: 50, inFlight: 10 }, WARM_SECONDS, () => {})),
+    measureWith("hub-http", name, groups, (shape, onWindow) => runShape(shape, SECONDS, onWindow))
+  )
+
 const measureHttp = (name: string, clients: Started, path: string, groups: Groups, prepare: Prepare) => {
   const url = new URL(`${wsUrl(clients, path).replace(/^ws/, "http")}`)
-  return measureWith("hub-http", name, groups, (shape, onWindow) => runHttp(url, prepare, shape, onWindow, countError(name)))
+  return warmedThenMeasured(name, groups, (shape, seconds, onWindow) => runHttp(url, prepare, shape, seconds, onWindow, countError(name)))
 }
 
 const measureWs = (name: string, groups: Groups, load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">) =>
-  measureWith("hub-http", name, groups, (shape, onWindow) => run({ ...load, shape, seconds: SECONDS, warmupSeconds: WARMUP, onWindow }))
+  warmedThenMeasured(name, groups, (shape, seconds, onWindow) => run({ ...load, shape, seconds, warmupSeconds: WARMUP, onWindow }))
 
 /** One deployment of the hub: where the bench's tab connects, where the clients do, what is measured. */
 interface Deployment {
