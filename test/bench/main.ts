@@ -5,7 +5,8 @@
  * mcpx (fan-out of chat in one 100-member MCPx topic, open loop; its lines are per offered rate,
  * doubling until p99 passes 50 ms, then the knee), mcpx-crowd (the same in one 1,000-member topic),
  * registry (MCP-B: tool registration latency, and tools/call round trips through /hub to a tab),
- * hub-http (the same tools/call round trip over Streamable HTTP against the WebSocket /hub),
+ * hub-http (the same tools/call round trip over Streamable HTTP, legacy and 2026-07-28, against the
+ * WebSocket /hub, all-in-one and distributed),
  * cdp (Runtime.evaluate in a page of the user's browser through /cdp/{extension_id}, against direct CDP),
  * idle (RSS per idle authenticated socket on every WebSocket path; not run by default, it takes minutes),
  * mcpx-topics (5,000 topics of 5: time to join, RSS per topic, then chat over all; not run by default).
@@ -270,6 +271,8 @@ if (wanted.includes("--help") || wanted.includes("-h") || unknown.length > 0) {
       "BENCH_TOPICS and BENCH_TOPIC_SIZE set the mcpx-topics suite's topics and participants per topic (default 5000 and 5),",
       "  BENCH_TOPICS_RATE the chats/s offered over all of them (default 1000), BENCH_TOPICS_IN_FLIGHT the joins at once (default 32).",
       "  Its sockets are spread over load processes of at most 10,000 each (the descriptor limit here is 20,000).",
+      "BENCH_HUB_HTTP_TARGETS sets which hub-http targets run: embedded, baselines (the plain echoes and hub-floor), distributed",
+      "  (edges, auth and registry on NATS), comma-separated; all by default. Ratios to a target not run are null.",
       "The cdp suite launches Debian's chromium with the extension: Runtime.evaluate through /cdp/{extension_id} against direct CDP.",
       "BENCH_REGISTRY_ROUNDS sets how many tabs the registration measurement registers (default 300).",
       "BENCH_PROFILE=<dir> makes every server process write a CPU profile there.",

@@ -46,6 +46,15 @@ export interface AuthClientShape {
 
 export class AuthClient extends Context.Tag("@switchboard/auth/AuthClient")<AuthClient, AuthClientShape>() {}
 
+type Verdict = Exit.Exit<Auth.Claims, AuthFailed | AuthUnavailable>
+type OnVerdict = (verdict: Verdict) => void
+
+/** One request to the auth service for a token, shared by every caller that presents it meanwhile. */
+interface Check {
+  readonly waiting: Set<OnVerdict>
+  cancel: () => void
+}
+
 /** What the auth service is asked. */
 const authPeers = Peer.protocol(Auth.AuthPeer)
 
@@ -92,6 +101,14 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
     }
     const known = (token: string) => kept(Verdicts.digest(token))
     const noCheck = () => undefined
+    /** The check under way for each token digest, and who waits on it; gone once it answers. */
+    const checking = new Map<string, Check>()
+    /** A waiter that stops waiting; the check itself is cancelled only once nobody waits on it. */
+    const leave = (key: string, check: Check, onVerdict: OnVerdict) => {
+      if (!check.waiting.delete(onVerdict) || check.waiting.size > 0) return
+      if (checking.get(key) === check) checking.delete(key)
+      check.cancel()
+    }
     const unsafeVerify: AuthClientShape["unsafeVerify"] = (token, onVerdict) => {
       const key = Verdicts.digest(token)
       const claims = kept(key)
@@ -104,18 +121,35 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
         onVerdict(Exit.fail(new AuthFailed({ reason })))
         return noCheck
       }
-      return authPeers.unsafeCallOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }, (exit) => {
+      // One check per token at a time: every request that presents it meanwhile waits on that
+      // check. Each asked auth before, so the 500 requests in flight when a busy client's verdict
+      // ran out made up to 500 checks of one token (the hub-http bench's 50×10, every 30 s).
+      const joined = checking.get(key)
+      if (joined !== undefined) {
+        joined.waiting.add(onVerdict)
+        return () => leave(key, joined, onVerdict)
+      }
+      const check: Check = { waiting: new Set([onVerdict]), cancel: noCheck }
+      checking.set(key, check)
+      const tell = (verdict: Verdict) => {
+        if (checking.get(key) === check) checking.delete(key)
+        const waiting = [...check.waiting]
+        check.waiting.clear()
+        for (const w of waiting) w(verdict)
+      }
+      check.cancel = authPeers.unsafeCallOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }, (exit) => {
         if (Exit.isSuccess(exit)) {
           good.set(key, exit.value)
-          return onVerdict(expired(exit.value) ? Exit.fail(new AuthFailed({ reason: "token expired" })) : Exit.succeed(exit.value))
+          return tell(expired(exit.value) ? Exit.fail(new AuthFailed({ reason: "token expired" })) : Exit.succeed(exit.value))
         }
         const failure = Cause.failureOption(exit.cause)
-        if (Option.isNone(failure)) return onVerdict(exit as Exit.Exit<never, never>)
+        if (Option.isNone(failure)) return tell(exit as Exit.Exit<never, never>)
         const e = failure.value
-        if (e._tag !== "TokenRefused") return onVerdict(Exit.fail(unavailable(e)))
+        if (e._tag !== "TokenRefused") return tell(Exit.fail(unavailable(e)))
         refused.set(key, e.reason)
-        onVerdict(Exit.fail(new AuthFailed({ reason: e.reason })))
+        tell(Exit.fail(new AuthFailed({ reason: e.reason })))
       })
+      return () => leave(key, check, onVerdict)
     }
     const verify = (token: string) =>
       Effect.async<Auth.Claims, AuthFailed | AuthUnavailable>((resume) => {

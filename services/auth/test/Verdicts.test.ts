@@ -6,7 +6,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { MemoryBus, Peer, Subjects } from "@switchboard/bus"
 import { Auth } from "@switchboard/protocol"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import { randomBytes } from "node:crypto"
 import * as AuthClient from "../src/AuthClient.ts"
@@ -116,5 +118,40 @@ describe("AuthClient", () => {
       expect(auth.known("good:alice")).toMatchObject({ sub: "alice" })
       expect(yield* auth.verify("good:alice")).toMatchObject({ sub: "alice" })
       expect(asked.get("good:alice")).toBe(1)
+    }))
+})
+
+describe("AuthClient under concurrent requests", () => {
+  it.scopedLive("asks the auth service once for a token that many requests present at once, and gives each its verdict", () =>
+    Effect.gen(function*() {
+      const asked = new Map<string, number>()
+      const ctx = yield* Layer.build(AuthClient.layer.pipe(Layer.provideMerge(countingAuth(asked)), Layer.provideMerge(MemoryBus.layer)))
+      const auth = ctx.unsafeMap.get(AuthClient.AuthClient.key) as AuthClient.AuthClientShape
+      // 500 requests in flight, as the bench's 50 HTTP clients × 10 keep them, when the token's kept
+      // verdict runs out (or on its first use): each asked auth, which then verified it 500 times.
+      const verdicts = yield* Effect.forEach(Array.from({ length: 500 }, () => auth.verify("good:carol")), (v) => v, { concurrency: "unbounded" })
+      expect(verdicts).toHaveLength(500)
+      for (const v of verdicts) expect(v).toMatchObject({ sub: "carol" })
+      expect(asked.get("good:carol")).toBe(1)
+      // A refusal is shared the same way.
+      const refusals = yield* Effect.forEach(Array.from({ length: 50 }, () => Effect.flip(auth.verify("bad"))), (v) => v, { concurrency: "unbounded" })
+      for (const r of refusals) expect(r.reason).toBe("malformed token")
+      expect(asked.get("garbage")).toBe(1)
+    }))
+
+  it.scopedLive("a request that stops waiting leaves the others' shared check running", () =>
+    Effect.gen(function*() {
+      const asked = new Map<string, number>()
+      const ctx = yield* Layer.build(AuthClient.layer.pipe(Layer.provideMerge(countingAuth(asked)), Layer.provideMerge(MemoryBus.layer)))
+      const auth = ctx.unsafeMap.get(AuthClient.AuthClient.key) as AuthClient.AuthClientShape
+      const got: Array<string> = []
+      const cancelFirst = auth.unsafeVerify("good:dave", () => got.push("first"))
+      const done = yield* Deferred.make<Exit.Exit<Auth.Claims, AuthClient.AuthFailed | AuthClient.AuthUnavailable>>()
+      auth.unsafeVerify("good:dave", (exit) => Deferred.unsafeDone(done, Effect.succeed(exit)))
+      cancelFirst()
+      const exit = yield* Deferred.await(done)
+      expect(Exit.isSuccess(exit) && exit.value.sub).toBe("dave")
+      expect(got).toEqual([])
+      expect(asked.get("good:dave")).toBe(1)
     }))
 })
