@@ -135,7 +135,14 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
         if (checking.get(key) === check) checking.delete(key)
         const waiting = [...check.waiting]
         check.waiting.clear()
-        for (const w of waiting) w(verdict)
+        for (const w of waiting) {
+          // One waiter's bug must not leave the others unanswered.
+          try {
+            w(verdict)
+          } catch (cause) {
+            console.error("auth client: a token check's waiter threw", cause)
+          }
+        }
       }
       check.cancel = authPeers.unsafeCallOn(bus, Subjects.authVerify, new Auth.Verify({ token }), { timeout: "3 seconds" }, (exit) => {
         if (Exit.isSuccess(exit)) {
