@@ -41,17 +41,8 @@ const KEYS_BOUND = "250 millis"
 const WATCH_CHECK = "5 seconds"
 const WATCH_LOST_AFTER = 2
 
-/**
- * `full` is the bucket's namespaced name, whose stream is `KV_<full>`. `atLeader` is the same
- * bucket read through its stream's leader (see `get`).
- */
-const makeBucket = (
-  name: string,
-  full: string,
-  { atLeader, kv }: { readonly kv: KV; readonly atLeader: KV },
-  jsm: () => Promise<JetStreamManager>,
-  writeRetry: Duration.DurationInput
-): KvBucketShape => {
+/** `full` is the bucket's namespaced name, whose stream is `KV_<full>`. */
+const makeBucket = (name: string, full: string, kv: KV, jsm: () => Promise<JetStreamManager>, writeRetry: Duration.DurationInput): KvBucketShape => {
   const write = whileJetStreamUnavailable(writeRetry)
   // A put or delete that timed out (its leader died before acknowledging it) may have been applied
   // or not; doing it again leaves the same state, so it is tried again too. A compare-and-set is
@@ -66,24 +57,13 @@ const makeBucket = (
     const info = await (await jsm()).streams.info(streamName, { subjects_filter: prefix + filter })
     return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length))
   }
-  /**
-   * The key's latest live entry. Reads are direct gets, which any replica answers, and a replica
-   * still applying what its leader committed answers without it: a key created a moment ago on
-   * another replica of the service (a task, a session) would read as absent. So an absent key is
-   * asked of the leader again; a present one may be a revision behind, which compare-and-set catches.
-   */
-  const live = async (key: string) => {
-    const e = await kv.get(key)
-    if (e !== null && e.operation === "PUT") return e
-    const confirmed = await atLeader.get(key)
-    return confirmed !== null && confirmed.operation === "PUT" ? confirmed : null
-  }
   /** The keys among the stream's subjects that `known` lacks and that are live (a get each). */
   const liveFromSubjects = async (filter: string, known: ReadonlySet<string>) => {
     const keys = await Promise.all(
       (await storedKeys(filter)).map(async (key) => {
         if (known.has(key)) return undefined
-        return (await live(key)) === null ? undefined : key
+        const e = await kv.get(key)
+        return e !== null && e.operation === "PUT" ? key : undefined
       })
     )
     return keys.filter((k) => k !== undefined)
@@ -96,8 +76,8 @@ const makeBucket = (
   const shape: Omit<KvBucketShape, "follow"> = {
     name,
     get: (key) =>
-      Effect.tryPromise({ try: () => live(key), catch: kvError(`get ${key}`) }).pipe(
-        Effect.map((e) => (e === null ? Option.none() : Option.some(toEntry(e))))
+      Effect.tryPromise({ try: () => kv.get(key), catch: kvError(`get ${key}`) }).pipe(
+        Effect.map((e) => (e !== null && e.operation === "PUT" ? Option.some(toEntry(e)) : Option.none()))
       ),
     // Writes ride out a leader election: a heartbeat that fails for its whole duration lets the
     // replica's key lapse, and survivors adopt connections that are still served.
@@ -207,9 +187,7 @@ export const makeKv = (
           })
           // Creating an existing bucket keeps its settings: one made with fewer replicas is scaled up.
           if (replicas > 1) await atLeastReplicas(await jsm(), `KV_${full}`, replicas)
-          // Binding makes no request: this handle's gets go through the stream's leader.
-          const atLeader = await kvm.open(full, { allow_direct: false })
-          return makeBucket(spec.name, full, { kv, atLeader }, jsm, waits.writes ?? DEFAULT_KV_WRITE_RETRY)
+          return makeBucket(spec.name, full, kv, jsm, waits.writes ?? DEFAULT_KV_WRITE_RETRY)
         },
         catch: busError("Kv", `open bucket ${spec.name}`)
       }).pipe(awaitingJetStream(`opening bucket ${spec.name}`, waits.jetStream ?? DEFAULT_JETSTREAM_WAIT))
