@@ -6,7 +6,7 @@
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import type * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
+import type * as Effect from "effect/Effect"
 import type * as Either from "effect/Either"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
@@ -90,7 +90,7 @@ export interface BusShape {
     subject: string,
     data: Uint8Array | string,
     options: RequestOptions | undefined,
-    onResult: (result: RequestResult) => void
+    onResult: (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => void
   ) => () => void
   /** Answers a request; does nothing for a message that carries no reply subject. */
   readonly respond: (message: BusMessage, data: Uint8Array | string, headers?: Headers) => Effect.Effect<void, BusError>
@@ -119,24 +119,6 @@ export interface BusShape {
 export class Bus extends Context.Tag("@switchboard/bus/Bus")<Bus, BusShape>() {}
 
 export const DEFAULT_REQUEST_TIMEOUT = "5 seconds"
-
-export type RequestResult = Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>
-
-/** An adapter's `request`: its `unsafeRequest` as an effect, whose interruption cancels it. */
-export const requestOf = (unsafeRequest: BusShape["unsafeRequest"]): BusShape["request"] => (subject, data, options) =>
-  Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => Effect.sync(unsafeRequest(subject, data, options, resume)))
-
-/**
- * Calls a request's callback. One that throws is a bug in its caller; it must not stop the bus,
- * nor become an unhandled rejection that ends the process.
- */
-export const tellResult = (bus: string, subject: string, onResult: (result: RequestResult) => void, result: RequestResult) => {
-  try {
-    onResult(result)
-  } catch (cause) {
-    console.error(`${bus}: the callback of a request to ${subject} threw`, cause)
-  }
-}
 
 const decoder = new TextDecoder()
 /**

@@ -17,12 +17,9 @@ import {
   type Headers,
   isWildcard,
   NoResponders,
-  requestOf,
-  type RequestResult,
   RequestTimeout,
   subjectMatches,
   type Subscription,
-  tellResult,
   toBytes
 } from "./Bus.ts"
 
@@ -64,7 +61,16 @@ class MemorySubscription implements Subscription {
   }
 }
 
-const tell = (onResult: (result: RequestResult) => void, result: RequestResult, subject: string) => tellResult("embedded bus", subject, onResult, result)
+type RequestResult = Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>
+
+/** A request's callback: one that throws is a bug in its caller, and must not stop the bus or the process. */
+const tell = (onResult: (result: RequestResult) => void, result: RequestResult, subject: string) => {
+  try {
+    onResult(result)
+  } catch (cause) {
+    console.error(`embedded bus: the callback of a request to ${subject} threw`, cause)
+  }
+}
 
 export const makeBus = (): BusShape => {
   // Exact subjects are looked up in a map: actors subscribe one subject per connection, and a
@@ -224,7 +230,11 @@ export const makeBus = (): BusShape => {
     }
   }
 
-  const request = requestOf(unsafeRequest)
+  const request: BusShape["request"] = (subject, data, options) =>
+    Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => {
+      const cancel = unsafeRequest(subject, data, options, resume)
+      return Effect.sync(cancel)
+    })
 
   const respond: BusShape["respond"] = (message, data, headers) =>
     message.reply === undefined ? Effect.void : publish(message.reply, data, headers)

@@ -22,10 +22,7 @@ import {
   DEFAULT_REQUEST_TIMEOUT,
   type Headers,
   NoResponders,
-  requestOf,
-  type RequestResult,
   RequestTimeout,
-  tellResult,
   toBytes
 } from "./Bus.ts"
 import { corker, FrozenHeaders, rawHeaderBlock } from "./internal/NatsShims.ts"
@@ -150,7 +147,16 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
     } catch (e) {
       asked = Promise.reject(e)
     }
-    const tell = (result: RequestResult) => live && tellResult("nats bus", subject, onResult, result)
+    const tell = (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => {
+      if (!live) return
+      try {
+        onResult(result)
+      } catch (cause) {
+        // A throwing callback is a bug in its caller; as on the embedded bus, it must not become
+        // an unhandled rejection that ends the process.
+        console.error(`nats bus: the callback of a request to ${subject} threw`, cause)
+      }
+    }
     void asked.then(
       (msg) => tell(Either.right(new NatsMessage(msg, subject))),
       (e: unknown) => tell(Either.left(requestFailure(subject, timeout, e)))
@@ -158,7 +164,11 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
     return () => void (live = false)
   }
 
-  const request = requestOf(unsafeRequest)
+  const request: BusShape["request"] = (subject, data, options) =>
+    Effect.async<BusMessage, NoResponders | RequestTimeout | BusError>((resume) => {
+      const cancel = unsafeRequest(subject, data, options, resume)
+      return Effect.sync(cancel)
+    })
 
   const respond: BusShape["respond"] = (message, data, headers) => {
     const reply = message.reply
