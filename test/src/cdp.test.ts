@@ -21,7 +21,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import WebSocket from "ws"
-import { configure, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
+import { configure, extensionsUntil, pageServer, pngSize, tempDir, withExtension } from "./support/ExtensionHarness.ts"
 import * as Processes from "./support/Processes.ts"
 import { client } from "./support/ProxyPeers.ts"
 import { expiredToken, token } from "./support/Stack.ts"
@@ -148,14 +148,18 @@ const driveWithPuppeteer = (endpoint: string, user: string, pages: string) =>
 
 /** An MCP server that drives a browser over CDP, started as its users start it, with the SDK's client on its stdio. */
 const mcpServer = (script: string, args: ReadonlyArray<string>) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const mcp = new Client({ name: "cdp-test", version: "1.0.0" })
-      await mcp.connect(new StdioClientTransport({ command: process.execPath, args: [script, ...args], stderr: "pipe" }))
-      return mcp
-    }),
-    (mcp) => Effect.promise(() => mcp.close().catch(() => undefined))
-  )
+  Effect.gen(function*() {
+    // In a directory of its own: Playwright MCP writes its snapshots under the working directory.
+    const cwd = yield* tempDir("sb-cdp-mcp-")
+    return yield* Effect.acquireRelease(
+      Effect.promise(async () => {
+        const mcp = new Client({ name: "cdp-test", version: "1.0.0" })
+        await mcp.connect(new StdioClientTransport({ command: process.execPath, args: [script, ...args], stderr: "pipe", cwd }))
+        return mcp
+      }),
+      (mcp) => Effect.promise(() => mcp.close().catch(() => undefined))
+    )
+  })
 
 /** The text of a tool's answer; an error answer fails the test with it. */
 const callTool = (mcp: Client, name: string, args: Record<string, unknown> = {}) =>
