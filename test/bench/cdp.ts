@@ -18,8 +18,8 @@ import { type WebSocket } from "ws"
 import { launch } from "../src/support/Browser.ts"
 import { freePort } from "../src/support/FreePort.ts"
 import { open, run, type Shape } from "./load.ts"
-import { SECONDS, WARMUP } from "./measure.ts"
-import { costs, issueToken, measuredWindow, Ready, sample, startService, unlimited } from "./processes.ts"
+import { measureWith, SECONDS, WARMUP } from "./measure.ts"
+import { type Groups, issueToken, Ready, startService, unlimited } from "./processes.ts"
 import { report, type ThroughputLine } from "./report.ts"
 
 const HOPS: Readonly<Record<string, string>> = {
@@ -58,36 +58,21 @@ const pageSession = async (ws: WebSocket) => {
 const isAnswer = (data: Buffer) => data.subarray(0, 6).toString() === "{\"id\":"
 
 /** Every shape of `Runtime.evaluate` against the browser-level CDP socket at `url`. */
-const measureTarget = (name: string, url: string, groups: Parameters<typeof sample>[0]) =>
-  Effect.forEach(SHAPES, ([shape, load]) =>
-    Effect.gen(function*() {
-      // One socket per shape: the load opens it, and its page session is made before the loop.
-      let session = ""
-      const window = measuredWindow(() => sample(groups), `cdp ${name} ${shape}`)
-      const r = yield* Effect.tryPromise(() =>
-        run({
-          url,
-          shape: load,
-          seconds: SECONDS,
-          warmupSeconds: WARMUP,
-          setup: async (ws) => void (session = await pageSession(ws)),
-          frame: (n) => `{"id":${n},"method":"Runtime.evaluate","params":{"expression":"${n}+1"},"sessionId":"${session}"}`,
-          isReply: isAnswer,
-          onWindow: window.onWindow
-        })
-      )
-      const line: ThroughputLine = {
-        suite: "cdp",
-        target: name,
-        shape,
-        msgs_per_s: r.msgsPerSec,
-        p50_us: r.p50Us,
-        p99_us: r.p99Us,
-        ...costs(groups, window.opened(), window.closed(), r.count, "msg")
-      }
-      return line
-    })
-  )
+const measureTarget = (name: string, url: string, groups: Groups) => {
+  // One socket per shape: the load opens it, and its page session is made before the loop.
+  let session = ""
+  return measureWith("cdp", name, groups, (load, onWindow) =>
+    run({
+      url,
+      shape: load,
+      seconds: SECONDS,
+      warmupSeconds: WARMUP,
+      setup: async (ws) => void (session = await pageSession(ws)),
+      frame: (n) => `{"id":${n},"method":"Runtime.evaluate","params":{"expression":"${n}+1"},"sessionId":"${session}"}`,
+      isReply: isAnswer,
+      onWindow
+    }), SHAPES)
+}
 
 interface WorkerGlobals {
   readonly chrome: {
@@ -107,7 +92,8 @@ interface WorkerGlobals {
  * latency above this is Switchboard's and the extension socket's.
  */
 const extensionFloor = (worker: Worker) =>
-  Effect.forEach(SHAPES, ([shape, { inFlight }]) =>
+  // tsx names the inner functions of what is evaluated with a `__name` helper the worker lacks.
+  Effect.promise(() => worker.evaluate("globalThis.__name = (f) => f")).pipe(Effect.zipRight(Effect.forEach(SHAPES, ([shape, { inFlight }]) =>
     Effect.promise(() =>
       worker.evaluate(async ({ inFlight, seconds, warmup }) => {
         const { debugger: d, tabs } = (globalThis as unknown as WorkerGlobals).chrome
@@ -141,7 +127,7 @@ const extensionFloor = (worker: Worker) =>
         return { msgs_per_s: Math.round(latencies.length / elapsed), p50_us: at(50), p99_us: at(99) }
       }, { inFlight, seconds: SECONDS, warmup: WARMUP })
     ).pipe(Effect.map((r): ThroughputLine => ({ suite: "cdp", target: "extension-floor", shape, ...r })))
-  )
+  )))
 
 export const cdpSuite = Effect.scoped(Effect.gen(function*() {
   const dir = yield* Effect.acquireRelease(

@@ -28,9 +28,10 @@ export const measureWith = (
   suite: string,
   name: string,
   groups: Groups,
-  runShape: (shape: Shape, onWindow: (edge: "open" | "close") => void) => Promise<Result>
+  runShape: (shape: Shape, onWindow: (edge: "open" | "close") => void) => Promise<Result>,
+  over: ReadonlyArray<readonly [string, Shape]> = shapes
 ) =>
-  Effect.forEach(shapes, ([shape, load]) =>
+  Effect.forEach(over, ([shape, load]) =>
     Effect.gen(function*() {
       const window = measuredWindow(() => sample(groups), `${suite} ${name} ${shape}`)
       const r = yield* Effect.tryPromise(() => runShape(load, window.onWindow))
