@@ -233,6 +233,26 @@ describe("MCP proxy protocol", () => {
       expect(yield* next(mcp)).toMatchObject({ jsonrpc: "2.0", id: 11, error: { code: -32603 } })
     }))
 
+  it.scopedLive("turns a malformed extension reply (both result and error, an error that is no object) into -32603", () =>
+    Effect.gen(function*() {
+      const ws = yield* start()
+      const { ext, mcp } = yield* connected(ws)
+      const malformed = [
+        (id: unknown) => ({ jsonrpc: "2.0", id, result: {}, error: { code: -32000, message: "both" } }),
+        (id: unknown) => ({ jsonrpc: "2.0", id, error: "not an object" }),
+        (id: unknown) => ({ jsonrpc: "2.0", id, error: { code: "-1", message: 7 } })
+      ]
+      for (const [n, reply] of malformed.entries()) {
+        mcp.send({ jsonrpc: "2.0", id: n, method: "click" })
+        ext.c.send(reply((yield* next(ext.c)).id))
+        expect(yield* next(mcp)).toEqual({
+          jsonrpc: "2.0",
+          id: n,
+          error: { code: -32603, message: "Internal error: the extension answered with a malformed response" }
+        })
+      }
+    }))
+
   it.scopedLive("gives each of three clients with colliding ids exactly its own answers", () =>
     Effect.gen(function*() {
       const ws = yield* start()

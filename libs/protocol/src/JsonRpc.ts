@@ -58,7 +58,8 @@ export const ErrorResponse = Schema.Struct({
 })
 export type ErrorResponse = typeof ErrorResponse.Type
 
-export type Response = SuccessResponse | ErrorResponse
+export const Response = Schema.Union(SuccessResponse, ErrorResponse)
+export type Response = typeof Response.Type
 export type Message = Request | Notification | Response
 
 /** A decoded frame, tagged by what it is so handlers can switch on `_tag`. */

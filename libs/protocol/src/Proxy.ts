@@ -5,7 +5,7 @@
  */
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { Id, notification } from "./JsonRpc.ts"
+import { Id, notification, Response as JsonRpcResponse } from "./JsonRpc.ts"
 
 export const ReservedPrefixes = ["proxy:", "ext:"] as const
 
@@ -177,9 +177,7 @@ export class Detach extends Schema.TaggedClass<Detach>()("Detach", { connectionI
  * under its mapped id. Parsed once, by the extension's actor. One per forwarded request, so a plain
  * tagged struct: a class instance costs microseconds to construct, an object literal nothing.
  */
-export const Answer = Schema.TaggedStruct("Answer", {
-  response: Schema.Record({ key: Schema.String, value: Schema.Unknown })
-})
+export const Answer = Schema.TaggedStruct("Answer", { response: JsonRpcResponse })
 export type Answer = typeof Answer.Type
 
 /** Extension actor → client actors: the extension went away. */

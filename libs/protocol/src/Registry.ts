@@ -7,7 +7,7 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { Id, isRecord } from "./JsonRpc.ts"
+import { Id, isRecord, Notification, Response as JsonRpcResponse } from "./JsonRpc.ts"
 import * as ParamHeaders from "./ParamHeaders.ts"
 
 // The plain parts (method names, revisions, the tab's answer) are shared with the browser
@@ -420,7 +420,8 @@ export const TaskParams = Schema.Struct({ taskId: Schema.String })
  */
 export const FromTab = Schema.TaggedStruct("FromTab", {
   tab: Schema.String,
-  message: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  /** The tab's response, or its `notifications/progress` or `notifications/cancelled`. */
+  message: Schema.Union(JsonRpcResponse, Notification)
 })
 export type FromTab = typeof FromTab.Type
 

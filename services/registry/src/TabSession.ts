@@ -218,7 +218,7 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
   }
 
   /** A response or progress notification for a hub session: its id or token starts with the session's conn id. */
-  private toHub(frame: Actors.Frame, message: Record<string, unknown>, routing: unknown) {
+  private toHub(frame: Actors.Frame, message: Registry.FromTab["message"], routing: unknown) {
     if (typeof routing !== "string") return
     const hub = routing.slice(0, routing.indexOf(":"))
     if (!Subjects.isConnId(hub)) return
@@ -234,12 +234,11 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
     const send = this.conn.send
     // Before its user is known, a socket's frames are not acted on: not even an answer is routed.
     if (user === undefined) return Authenticate.beforeUser(this.replica.auth, this, incoming, send)
-    const message = incoming.message as Record<string, unknown>
-    if (incoming._tag === "Response") return this.toHub(frame, message, message["id"])
-    const { method, params } = incoming.message as JsonRpc.Notification
+    if (incoming._tag === "Response") return this.toHub(frame, incoming.message, incoming.message.id)
+    const { method, params } = incoming.message
     const id = incoming._tag === "Request" ? incoming.message.id : undefined
-    if (method === "notifications/progress") return this.toHub(frame, message, isRecord(params) ? params["progressToken"] : undefined)
-    if (method === "notifications/cancelled") return this.toHub(frame, message, isRecord(params) ? params["requestId"] : undefined)
+    if (method === "notifications/progress") return this.toHub(frame, incoming.message, isRecord(params) ? params["progressToken"] : undefined)
+    if (method === "notifications/cancelled") return this.toHub(frame, incoming.message, isRecord(params) ? params["requestId"] : undefined)
     if (frame.limited) return this.refuse(id, ErrorCode.ServerError, "Rate limit exceeded")
     if (method === Registry.Authenticate) return Authenticate.authenticate(this.replica.auth, this, params, id, send)
     if (method === Method.hello) return this.hello(user, params, id)

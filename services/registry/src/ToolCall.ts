@@ -278,22 +278,25 @@ export const make = (replica: Replica.Replica, session: Session): Effect.Effect<
 
     const fromTab = (from: Registry.FromTab): Effect.Effect<void> | void => {
       const m = from.message
-      const params = isRecord(m["params"]) ? m["params"] : {}
-      if (m["method"] === "notifications/progress") {
+      const params = "method" in m && isRecord(m.params) ? m.params : {}
+      if ("method" in m && m.method === "notifications/progress") {
         const token = params["progressToken"]
         const call = typeof token === "string" ? byMapped.get(token) : undefined
         if (call === undefined || call.tab?.conn !== from.tab || call.progressToken === undefined) return
         return call.exchange.notify(notification("notifications/progress", { ...params, progressToken: call.progressToken }))
       }
-      const cancelled = m["method"] === "notifications/cancelled"
-      const mapped = cancelled ? params["requestId"] : m["id"]
+      const answered = "method" in m ? undefined : m
+      if ("method" in m && m.method !== "notifications/cancelled") return
+      const mapped = answered === undefined ? params["requestId"] : answered.id
       const call = typeof mapped === "string" ? byMapped.get(mapped) : undefined
       // Late (timed out, cancelled), or not from the tab the call went to: dropped.
       if (call === undefined || call.tab?.conn !== from.tab) return
       done(call)
-      toolCall(cancelled ? "cancelled" : CallOutcome.ofTabAnswer(m))
+      toolCall(answered === undefined ? "cancelled" : CallOutcome.ofTabAnswer(answered))
       const reason = typeof params["reason"] === "string" ? `: ${params["reason"]}` : ""
-      const answer = cancelled ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`) : CallOutcome.answerOf(call.id, m, session.complete)
+      const answer = answered === undefined
+        ? failure(call.id, ErrorCode.InternalError, `The tab cancelled the call${reason}`)
+        : CallOutcome.answerOf(call.id, answered, session.complete)
       if (call.span === undefined) return call.exchange.reply(answer)
       const user = session.user()
       return Effect.currentSpan.pipe(

@@ -29,7 +29,9 @@ describe("the registry's peer protocol", () => {
       const execute = yield* shop.nextMessage
       expect(typeof execute.id).toBe("string")
       const from = yield* elsewhere
-      const answer = (payload: string) => ({ jsonrpc: "2.0", id: execute.id, result: { success: true, payload } })
+      const mapped = execute.id
+      if (typeof mapped !== "string") throw new Error(`the tab's execute request has no string id: ${JSON.stringify(execute)}`)
+      const answer = (payload: string) => ({ jsonrpc: "2.0" as const, id: mapped, result: { success: true, payload } })
       // In order on the hub's subject: the forged answer is handled, and dropped, before the real one.
       Replica.peers.tell(from, h.client.conn, { _tag: "FromTab", tab: "another-tab-conn", message: answer("forged") })
       Replica.peers.tell(from, h.client.conn, { _tag: "FromTab", tab: shop.client.conn, message: answer("over the bus") })

@@ -81,14 +81,11 @@ class CdpClient {
 
   /** The extension's answer, as its actor passed it on. */
   private onAnswer({ response }: Proxy.Answer) {
-    const mapped = response["id"]
+    const mapped = response.id
     const then = typeof mapped === "string" ? this.waiting.get(mapped) : undefined
     if (then === undefined || typeof mapped !== "string") return
     this.waiting.delete(mapped)
-    const error = response["error"]
-    if (isRecord(error)) {
-      then(failed(typeof error["message"] === "string" ? error["message"] : "the extension failed", typeof error["code"] === "number" ? error["code"] : ServerError))
-    } else then({ result: response["result"] ?? {} })
+    then("error" in response ? failed(response.error.message, response.error.code) : { result: response.result ?? {} })
   }
 
   private event(method: string, params: object, sessionId?: string) {

@@ -277,14 +277,13 @@ class Client implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState
 
   /** The extension's answer, as the extension's actor passed it on. */
   private onAnswer({ response }: Proxy.Answer): Effect.Effect<void> | void {
-    const mapped = response["id"]
+    const mapped = response.id
     if (typeof mapped !== "string") return
     const p = this.pending?.get(mapped)
     if (p === undefined) return // late: timed out, or the client disconnected since
     this.pending?.delete(mapped)
-    const answer = "result" in response || "error" in response
-      ? JSON.stringify(relayed(response, p.id))
-      : failure(p.id, ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error")
+    // One that was no response is already -32603 (the extension's actor made it so).
+    const answer = JSON.stringify(relayed(response, p.id))
     if (p.span === undefined) return this.send(answer)
     return Effect.currentSpan.pipe(
       Effect.map((span) => this.send(answer, span)),

@@ -22,7 +22,17 @@ const { ErrorCode } = JsonRpc
 const CloseCode = Edge.CloseCode
 const decoder = new TextDecoder()
 const isRecord = JsonRpc.isRecord
-const decodeErrorObject = Schema.decodeUnknownEither(JsonRpc.ErrorObject)
+/**
+ * The extension's answer to a forwarded or internal request, as a JSON-RPC response: one that is
+ * none (no result and no error, both, a malformed error) is the extension's fault, -32603 under
+ * the same mapped id, so that whoever asked gets an answer either way.
+ */
+const answerOf = (id: string, message: Record<string, unknown>): JsonRpc.Response => {
+  const decoded = JsonRpc.decodeValue(message)
+  if (Either.isRight(decoded) && decoded.right._tag === "Response") return decoded.right.message
+  const why = "result" in message || "error" in message ? "a malformed response" : "neither result nor error"
+  return JsonRpc.errorResponse(id, ErrorCode.InternalError, `Internal error: the extension answered with ${why}`)
+}
 const decodeAuthResult = Schema.decodeUnknownEither(Proxy.AuthenticateResult)
 
 /** The id of the proxy's one `authenticate` request to each extension. */
@@ -168,18 +178,11 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffSt
   }
 
   /** The extension's answer to an internal request; late and unknown ones are dropped. */
-  private settle(id: string, response: Record<string, unknown>): Effect.Effect<void> | void {
+  private settle(id: string, response: JsonRpc.Response): Effect.Effect<void> | void {
     const asked = this.internal?.get(id)
     if (asked === undefined) return
     this.internal?.delete(id)
-    if ("result" in response) return asked.succeed(response["result"])
-    if (!("error" in response)) return asked.fail(refused(ErrorCode.InternalError, "Internal error: the extension answered with neither result nor error"))
-    const error = decodeErrorObject(response["error"])
-    return asked.fail(
-      Either.isRight(error)
-        ? refused(error.right.code, error.right.message)
-        : refused(ErrorCode.InternalError, "Internal error: the extension answered with a malformed error")
-    )
+    return "error" in response ? asked.fail(refused(response.error.code, response.error.message)) : asked.succeed(response.result)
   }
 
   /**
@@ -225,11 +228,12 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffSt
     if (typeof id !== "string") {
       return conn.send(failure(null, ErrorCode.InvalidRequest, "Invalid Request: a response to a forwarded request carries its mapped string id"))
     }
-    if (id.startsWith(PROXY_ID_PREFIX)) return this.settle(id, message)
+    const response = answerOf(id, message)
+    if (id.startsWith(PROXY_ID_PREFIX)) return this.settle(id, response)
     const colon = id.indexOf(":")
     const connectionId = colon < 0 ? id : id.slice(0, colon)
     const client = this.attached.get(connectionId)
-    if (client !== undefined) return peers.tell(conn, client.conn, { _tag: "Answer", response: message })
+    if (client !== undefined) return peers.tell(conn, client.conn, { _tag: "Answer", response })
     const who = `extension ${self.id} of ${self.user} (conn ${conn.id})`
     if (!CONNECTION_ID.test(connectionId)) return Effect.logWarning(`router: dropped a reply from ${who} to ${shown(id)}: no connection has that id`)
     // Attached through another replica's view, or a late answer after a disconnect. Anyone can
@@ -240,7 +244,7 @@ class Extension implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffSt
         onNone: () => Effect.void,
         onSome: ({ value: p }) =>
           p.extensionConn === conn.id && p.user === self.user
-            ? Effect.sync(() => peers.tell(conn, Subjects.ConnId(p.clientConn), { _tag: "Answer", response: message }))
+            ? Effect.sync(() => peers.tell(conn, Subjects.ConnId(p.clientConn), { _tag: "Answer", response }))
             : Effect.logWarning(
               `router: dropped a reply from ${who} to ${shown(id)}: ${connectionId} is the connection of ${p.user}'s client (conn ${p.clientConn}) ` +
                 `to extension ${p.extensionId} (conn ${p.extensionConn})`
