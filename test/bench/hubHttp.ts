@@ -15,7 +15,7 @@ import * as Effect from "effect/Effect"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { type LoadOptions, percentile, type Result, run, type Shape } from "./load.ts"
-import { measureWith, SECONDS, WARMUP } from "./measure.ts"
+import { measureWith, paired, SECONDS, WARMUP } from "./measure.ts"
 import {
   benchProcess,
   type Groups,
@@ -231,10 +231,15 @@ const warmedThenMeasured = (name: string, groups: Groups, runShape: (shape: Shap
     measureWith("hub-http", name, groups, (shape, onWindow) => runShape(shape, SECONDS, onWindow))
   )
 
-const measureHttp = (name: string, clients: Started, path: string, groups: Groups, prepare: Prepare) => {
+/** A target's closed loop of POSTs to `path` on `clients`, its errors counted under `name`. */
+const httpRunner = (name: string, clients: Started, path: string, prepare: Prepare) => {
   const url = new URL(`${wsUrl(clients, path).replace(/^ws/, "http")}`)
-  return warmedThenMeasured(name, groups, (shape, seconds, onWindow) => runHttp(url, prepare, shape, seconds, onWindow, countError(name)))
+  return (shape: Shape, seconds: number, onWindow: (edge: "open" | "close") => void = () => {}) =>
+    runHttp(url, prepare, shape, seconds, onWindow, countError(name))
 }
+
+const measureHttp = (name: string, clients: Started, path: string, groups: Groups, prepare: Prepare) =>
+  warmedThenMeasured(name, groups, httpRunner(name, clients, path, prepare))
 
 const measureWs = (name: string, groups: Groups, load: Pick<LoadOptions, "url" | "frame" | "setup" | "isReply">) =>
   warmedThenMeasured(name, groups, (shape, seconds, onWindow) => run({ ...load, shape, seconds, warmupSeconds: WARMUP, onWindow }))
@@ -273,8 +278,22 @@ const hubTargets = (deployment: Deployment, token: string) =>
     })
     const wsName = `hub-websocket${suffix}`
     const ws = yield* measureWs(wsName, groups, hubLoad(`${wsUrl(clients, "/hub")}?token=${token}`, countError(wsName)))
-    const legacy = yield* measureHttp(`hub-streamable-http${suffix}`, clients, "/hub", groups, mcpSession(token))
-    const modernLines = yield* measureHttp(`hub-http-2026-07-28${suffix}`, clients, "/hub", groups, modern(token))
+    const legacyName = `hub-streamable-http${suffix}`
+    const modernName = `hub-http-2026-07-28${suffix}`
+    const legacy = yield* measureHttp(legacyName, clients, "/hub", groups, mcpSession(token))
+    const modernLines = yield* measureHttp(modernName, clients, "/hub", groups, modern(token))
+    // Issue 28's latency target, the modern era's 1×1 p50 within the legacy era's: in pairs on the
+    // same deployment, since the two lines are measured a minute apart on a machine whose speed
+    // drifts by more than the difference looked for.
+    yield* paired({
+      suite: "hub-http",
+      target: modernName,
+      measure: "p50_over_legacy_p50_1x1_paired",
+      baseline: httpRunner(legacyName, clients, "/hub", mcpSession(token)),
+      load: httpRunner(modernName, clients, "/hub", modern(token)),
+      shape: { clients: 1, inFlight: 1 },
+      ratio: (target, legacy) => target.p50Us / legacy.p50Us
+    })
     return { suffix, ws, legacy, modern: modernLines } satisfies HubLines
   })
 

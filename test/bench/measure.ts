@@ -60,14 +60,20 @@ export const measure = (suite: string, target: Target) =>
     (shape, onWindow) => run({ ...target.load, shape, seconds: SECONDS, warmupSeconds: WARMUP, onWindow })
   )
 
+/** One side of a pair: a closed loop at `shape` for `seconds`, after a short warm-up of its own. */
+export type Side = (shape: Shape, seconds: number) => Promise<Result>
+
+/** A WebSocket load as a side of a pair. */
+const wsSide = (load: Target["load"]): Side => (shape, seconds) => run({ ...load, shape, seconds, warmupSeconds: 0.2 })
+
 export interface Paired {
   readonly suite: string
   readonly target: string
   /** The line's `measure`. */
   readonly measure: string
-  /** The other side of each pair: the plain echo (`{ url }`), or another target. */
-  readonly baseline: Target["load"]
-  readonly load: Target["load"]
+  /** The other side of each pair: the plain echo (`{ url }`), or another target; a WebSocket load, or any side. */
+  readonly baseline: Target["load"] | Side
+  readonly load: Target["load"] | Side
   readonly shape: Shape
   /** The pair's ratio, from the target's window and the baseline's. */
   readonly ratio: (target: Result, plain: Result) => number
@@ -91,8 +97,10 @@ const PAIR_SECONDS = 0.5
 export const paired = (options: Paired) =>
   Effect.promise(async () => {
     const ratios: Array<number> = []
-    const baseline = () => run({ ...options.baseline, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
-    const target = () => run({ ...options.load, shape: options.shape, seconds: PAIR_SECONDS, warmupSeconds: 0.2 })
+    const sideOf = (side: Target["load"] | Side) => (typeof side === "function" ? side : wsSide(side))
+    const [runBaseline, runTarget] = [sideOf(options.baseline), sideOf(options.load)]
+    const baseline = () => runBaseline(options.shape, PAIR_SECONDS)
+    const target = () => runTarget(options.shape, PAIR_SECONDS)
     for (let i = 0; i < PAIRS; i++) {
       // Each side first in turn: a window's closed sockets leave work (a session's teardown, KV
       // deletes) in the processes of its side that spills into the next window, whichever it is.
