@@ -7,7 +7,8 @@
  * when the client goes, the extension lets its tab go, as the new replica asks under the same
  * proxy connection. The services run as processes on NATS. Then the same hand-off message by
  * message, with a scripted extension: every part of the session, and every kind of command in
- * flight, reaches the adopting replica.
+ * flight, reaches the adopting replica. After a crash, the session cannot be rebuilt: the client
+ * is told so (1012) rather than left waiting.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Router } from "@switchboard/router"
@@ -283,5 +284,26 @@ describe("CDP session hand-off, message by message", () => {
         ["cdpDetach", { tabId: 7, connection_id: connectionId }],
         ["cdpDetach", { tabId: 8, connection_id: connectionId }]
       ])
+    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+})
+
+describe("CDP endpoint after a router replica's crash", () => {
+  it.scopedLive("the replica that adopts the socket from KV closes it with 1012, so that the client connects again rather than waiting forever", () =>
+    Effect.gen(function*() {
+      const { url: natsUrl } = yield* NatsServer
+      const d = yield* Processes.deployment(natsUrl, { edges: 1 })
+      const [edge] = d.edges
+      if (edge === undefined) return yield* Effect.dieMessage("the deployment has no edge")
+      const { id: extensionId } = yield* extensionOf(edge.ws, "alice")
+      const cdp = yield* connect(`${edge.ws}/cdp/${extensionId}`, { headers: { Authorization: `Bearer ${yield* token({ sub: "alice" })}` } })
+      cdp.send({ id: 1, method: "Browser.getVersion" })
+      expect(yield* take(cdp)).toMatchObject({ id: 1, result: { product: "Chrome/Switchboard" } })
+
+      const second = yield* Processes.router({ natsUrl, namespace: d.namespace })
+      yield* until(() => second.output().includes("hosting connection actors"), "the second router hosting actors", "100 millis")
+      yield* d.router.kill("SIGKILL")
+      const closed = yield* Deferred.await(cdp.closed).pipe(Effect.timeoutFail({ duration: HANG, onTimeout: () => new Error("the CDP socket stayed open") }))
+      expect(closed).toEqual({ code: 1012, reason: "the router replica serving this CDP session stopped; connect again" })
+      expect(second.output()).toContain("adopted")
     }).pipe(Effect.provide(NatsServer.layer)), 120_000)
 })
