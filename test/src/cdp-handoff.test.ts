@@ -305,5 +305,5 @@ describe("CDP endpoint after a router replica's crash", () => {
       const closed = yield* Deferred.await(cdp.closed).pipe(Effect.timeoutFail({ duration: HANG, onTimeout: () => new Error("the CDP socket stayed open") }))
       expect(closed).toEqual({ code: 1012, reason: "the router replica serving this CDP session stopped; connect again" })
       expect(second.output()).toContain("adopted")
-    }).pipe(Effect.provide(NatsServer.layer)), 120_000)
+    }).pipe(Effect.provide(NatsServer.layer)), 240_000)
 })
