@@ -128,10 +128,44 @@ export const SessionRecord = Schema.Union(
 )
 export type SessionRecord = typeof SessionRecord.Type
 
+/** A page target as CDP's `Target.TargetInfo` describes it (`browser/Cdp.ts`'s `TargetInfo`). */
+export const CdpTargetInfo = Schema.Struct({
+  targetId: Schema.String,
+  type: Schema.String,
+  title: Schema.String,
+  url: Schema.String,
+  attached: Schema.Boolean,
+  canAccessOpener: Schema.Boolean,
+  browserContextId: Schema.optionalWith(Schema.String, { exact: true })
+})
+
+/** Where the answer to a CDP client's command goes: its own id, in its own session. */
+const CdpReplyTo = { id: Schema.Number, sessionId: Schema.optionalWith(Schema.String, { exact: true }) }
+
+/**
+ * What a CDP client's actor awaits of the extension, by the request's mapped id: data, not a
+ * callback, so that a replica that stops can hand it to the one that adopts the socket.
+ */
+export const CdpAwaited = Schema.Union(
+  /** A command in a page's session: its answer goes to the client as it is. */
+  Schema.TaggedStruct("Command", CdpReplyTo),
+  /** `Target.createTarget`'s new tab; the debugger attaches to it next. */
+  Schema.TaggedStruct("CreateTab", CdpReplyTo),
+  /** `Target.createTarget`'s tab, being attached; it becomes a page of the client. */
+  Schema.TaggedStruct("AttachTab", { ...CdpReplyTo, tabId: Schema.Number }),
+  Schema.TaggedStruct("ActivateTab", CdpReplyTo),
+  Schema.TaggedStruct("CloseTab", CdpReplyTo),
+  /** A tab let go, or one closed again: nobody awaits the answer. */
+  Schema.TaggedStruct("Unanswered", {})
+)
+export type CdpAwaited = typeof CdpAwaited.Type
+
 /**
  * What a router actor keeps only in memory, handed to the replica that adopts its socket when its
  * own stops: a client's requests in flight (mapped id → its own id), an extension's internal
- * requests (`proxy:` id → where the answer goes). Their answers then reach the adopter.
+ * requests (`proxy:` id → where the answer goes), and a CDP client's whole emulated browser (its
+ * attachment to the extension, its pages and their sessions, and its commands in flight). Their
+ * answers then reach the adopter.
  */
 export const HandoffState = Schema.Union(
   Schema.Struct({
@@ -141,6 +175,22 @@ export const HandoffState = Schema.Union(
   Schema.Struct({
     role: Schema.Literal("extension"),
     internal: Schema.Array(Schema.Struct({ id: Schema.String, reply: Schema.String }))
+  }),
+  Schema.Struct({
+    role: Schema.Literal("cdp"),
+    /** The proxy connection: the extension keys the tabs this client drives by it. */
+    connectionId: Schema.String,
+    extensionId: Schema.String,
+    extensionConn: Schema.String,
+    extensionEdge: Schema.String,
+    pages: Schema.Array(Schema.Struct({ tabId: Schema.Number, sessionId: Schema.String, info: CdpTargetInfo })),
+    /** Child targets' sessions (iframes, workers), with the tab each is in. */
+    children: Schema.Array(Schema.Struct({ sessionId: Schema.String, tabId: Schema.Number })),
+    autoAttach: Schema.Boolean,
+    discover: Schema.Boolean,
+    /** The last mapped id sent, so that the adopter mints none twice. */
+    sequence: Schema.Number,
+    pending: Schema.Array(Schema.Struct({ mapped: Schema.String, awaited: CdpAwaited }))
   })
 )
 export type HandoffState = typeof HandoffState.Type

@@ -6,14 +6,17 @@
  * browser target is emulated here: `Target.*` maps onto the extension's tabs, each tab this client
  * opened is a page session of its own, and the tab's CDP events come back through the extension's
  * `forwardCDPEvent` (`@switchboard/protocol/browser/Cdp`). A client drives only the tabs it
- * opened; the extension refuses a tab another client drives.
+ * opened; the extension refuses a tab another client drives. All of it is data (what each command
+ * in flight awaits too), so that a replica that stops hands the session to another whole.
  */
-import { Actors, TimedMap } from "@switchboard/bus"
-import { Edge, type Proxy } from "@switchboard/protocol"
+import { Actors, Subjects, TimedMap } from "@switchboard/bus"
+import { Edge, Proxy } from "@switchboard/protocol"
 import * as Cdp from "@switchboard/protocol/browser/Cdp"
-import { isRecord } from "@switchboard/protocol/JsonRpc"
+import { isRecord, shapeIssue } from "@switchboard/protocol/JsonRpc"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Attachment from "./Attachment.ts"
 import type { Replica } from "./Replica.ts"
@@ -33,6 +36,13 @@ const CONTEXT = "switchboard-user-browser"
 
 type Params = Record<string, unknown>
 type Answer = { readonly result: unknown } | { readonly error: { readonly code: number; readonly message: string } }
+/** Whom an answer goes to: the client's own id, in its own session. */
+interface ReplyTo {
+  readonly id: number
+  readonly sessionId?: string
+}
+type AwaitedOf<Tag extends Proxy.CdpAwaited["_tag"]> = Extract<Proxy.CdpAwaited, { readonly _tag: Tag }>
+const UNANSWERED: Proxy.CdpAwaited = { _tag: "Unanswered" }
 
 /** A tab this client opened, as a page target with its session. */
 interface Page {
@@ -45,8 +55,9 @@ const unsupported = (method: string): Answer => ({
   error: { code: MethodNotFound, message: `'${method}' wasn't found: Switchboard's CDP endpoint emulates the browser target over the extension's tabs` }
 })
 const failed = (message: string, code = ServerError): Answer => ({ error: { code, message } })
+const decodeTarget = Schema.decodeUnknownEither(Proxy.CdpTargetInfo)
 
-class CdpClient {
+class CdpClient implements Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState> {
   private readonly pages = new Map<string, Page>()
   private readonly byTab = new Map<number, Page>()
   /** Child targets (iframes, workers) Chrome attached in a tab, by their session id. */
@@ -56,36 +67,57 @@ class CdpClient {
   private sequence = 0
 
   constructor(
+    private readonly replica: Replica,
     private readonly conn: Actors.Connection,
     private readonly session: Attachment.Session,
+    /** The edge of the extension's socket, for the replica this session is handed to. */
+    private readonly extensionEdge: string,
     /** The extension's answers awaited, by mapped id. */
-    private readonly waiting: TimedMap<string, (answer: Answer) => void>,
-    private readonly maxPending: number
+    private readonly waiting: TimedMap<string, Proxy.CdpAwaited>
   ) {}
 
   private send(message: object) {
     this.conn.send(JSON.stringify(message))
   }
 
-  private answer(id: number, sessionId: string | undefined, answer: Answer) {
+  private reply({ id, sessionId }: ReplyTo, answer: Answer) {
     this.send({ id, ...(sessionId === undefined ? {} : { sessionId }), ...answer })
   }
 
-  /** One method of the extension; `then` gets its result or error. */
-  private ask(method: string, params: Params, then: (answer: Answer) => void) {
-    if (this.waiting.size >= this.maxPending) return then(failed(`Too many pending commands (limit ${this.maxPending})`))
+  /** One method of the extension; its result or error goes where `awaited` says (`settle`). */
+  private ask(method: string, params: Params, awaited: Proxy.CdpAwaited) {
+    const { maxPending } = this.replica.config
+    if (this.waiting.size >= maxPending) return this.settle(awaited, failed(`Too many pending commands (limit ${maxPending})`))
     const mapped = `${this.session.connectionId}:cdp-${++this.sequence}`
-    this.waiting.set(mapped, then)
+    this.waiting.set(mapped, awaited)
     this.session.extension.send(JSON.stringify({ jsonrpc: "2.0", id: mapped, method, params }))
+  }
+
+  /** The extension's answer (or a timeout) to what `awaited` was asked for. */
+  settle(awaited: Proxy.CdpAwaited, answer: Answer): void {
+    switch (awaited._tag) {
+      case "Command":
+        return this.reply(awaited, answer)
+      case "CreateTab":
+        return this.tabCreated(awaited, answer)
+      case "AttachTab":
+        return this.tabAttached(awaited, answer)
+      case "ActivateTab":
+        return this.reply(awaited, "error" in answer ? answer : { result: {} })
+      case "CloseTab":
+        return this.reply(awaited, "error" in answer ? answer : { result: { success: true } })
+      case "Unanswered":
+        return
+    }
   }
 
   /** The extension's answer, as its actor passed it on. */
   private onAnswer({ response }: Proxy.Answer) {
     const mapped = response.id
-    const then = typeof mapped === "string" ? this.waiting.get(mapped) : undefined
-    if (then === undefined || typeof mapped !== "string") return
+    const awaited = typeof mapped === "string" ? this.waiting.get(mapped) : undefined
+    if (awaited === undefined || typeof mapped !== "string") return
     this.waiting.delete(mapped)
-    then("error" in response ? failed(response.error.message, response.error.code) : { result: response.result ?? {} })
+    this.settle(awaited, "error" in response ? failed(response.error.message, response.error.code) : { result: response.result ?? {} })
   }
 
   private event(method: string, params: object, sessionId?: string) {
@@ -112,34 +144,41 @@ class CdpClient {
     return undefined
   }
 
-  /** Opens a tab, and drives it as a page of this client. */
-  private createTarget(params: Params, reply: (answer: Answer) => void) {
+  /** Opens a tab (`tabCreated` then attaches it), and drives it as a page of this client. */
+  private createTarget(params: Params, to: ReplyTo) {
     const url = typeof params["url"] === "string" && params["url"] !== "" ? params["url"] : "about:blank"
-    this.ask("createTab", { url, activate: params["background"] !== true }, (created) => {
-      if ("error" in created) return reply(created)
-      const tabId = isRecord(created.result) ? created.result["tabId"] : undefined
-      if (typeof tabId !== "number") return reply(failed("the extension opened a tab but did not say which"))
-      this.ask(Cdp.Method.attach, { tabId, connection_id: this.session.connectionId } satisfies Cdp.AttachParams, (attached) => {
-        if ("error" in attached) {
-          // A tab the debugger may not attach to (a chrome:// page) is no use to the client that opened it.
-          this.ask("closeTab", { tabId }, () => undefined)
-          return reply(attached)
-        }
-        if (!isRecord(attached.result) || typeof attached.result["targetId"] !== "string") return reply(failed("the extension attached the tab but gave no target"))
-        // Clients require a context id of every page (Playwright asserts it); the user's browser has one.
-        const info = { ...(attached.result as unknown as Cdp.TargetInfo), browserContextId: CONTEXT }
-        const page: Page = { tabId, sessionId: `sb-${this.session.connectionId}-${tabId}`, info }
-        this.pages.set(page.sessionId, page)
-        this.byTab.set(tabId, page)
-        // As Chrome does: the client hears of the new target before the answer that names it.
-        this.announce(page)
-        reply({ result: { targetId: page.info.targetId } })
-      })
-    })
+    this.ask("createTab", { url, activate: params["background"] !== true }, { ...to, _tag: "CreateTab" })
+  }
+
+  private tabCreated(to: AwaitedOf<"CreateTab">, created: Answer) {
+    if ("error" in created) return this.reply(to, created)
+    const tabId = isRecord(created.result) ? created.result["tabId"] : undefined
+    if (typeof tabId !== "number") return this.reply(to, failed("the extension opened a tab but did not say which"))
+    this.ask(Cdp.Method.attach, { tabId, connection_id: this.session.connectionId } satisfies Cdp.AttachParams, { ...to, _tag: "AttachTab", tabId })
+  }
+
+  private tabAttached(to: AwaitedOf<"AttachTab">, attached: Answer) {
+    const tabId = to.tabId
+    if ("error" in attached) {
+      // A tab the debugger may not attach to (a chrome:// page) is no use to the client that opened it.
+      this.ask("closeTab", { tabId }, UNANSWERED)
+      return this.reply(to, attached)
+    }
+    const target = decodeTarget(attached.result)
+    if (Either.isLeft(target)) return this.reply(to, failed(`the extension attached the tab but gave no target (${shapeIssue(target.left)})`))
+    // Clients require a context id of every page (Playwright asserts it); the user's browser has one.
+    const info = { ...target.right, browserContextId: CONTEXT }
+    const page: Page = { tabId, sessionId: `sb-${this.session.connectionId}-${tabId}`, info }
+    this.pages.set(page.sessionId, page)
+    this.byTab.set(tabId, page)
+    // As Chrome does: the client hears of the new target before the answer that names it.
+    this.announce(page)
+    this.reply(to, { result: { targetId: page.info.targetId } })
   }
 
   /** A command to the browser target: emulated from the client's pages, or refused as Chrome would. */
-  private browser(method: string, params: Params, reply: (answer: Answer) => void) {
+  private browser(method: string, params: Params, to: ReplyTo) {
+    const reply = (answer: Answer) => this.reply(to, answer)
     const targets = () => [...this.pages.values()].map((p) => ({ ...p.info, attached: true }))
     switch (method) {
       case "Browser.getVersion":
@@ -171,7 +210,7 @@ class CdpClient {
         return reply(page === undefined ? failed("No target with given id found", InvalidParams) : { result: { targetInfo: { ...page.info, attached: true } } })
       }
       case "Target.createTarget":
-        return this.createTarget(params, reply)
+        return this.createTarget(params, to)
       case "Target.attachToTarget": {
         const page = this.pageOf(params["targetId"])
         return reply(page === undefined ? failed("No target with given id found: this client drives only the tabs it opened", InvalidParams) : { result: { sessionId: page.sessionId } })
@@ -179,13 +218,13 @@ class CdpClient {
       case "Target.activateTarget": {
         const page = this.pageOf(params["targetId"])
         if (page === undefined) return reply(failed("No target with given id found", InvalidParams))
-        return this.ask("activateTab", { tabId: page.tabId }, (a) => reply("error" in a ? a : { result: {} }))
+        return this.ask("activateTab", { tabId: page.tabId }, { ...to, _tag: "ActivateTab" })
       }
       case "Target.closeTarget": {
         const page = this.pageOf(params["targetId"])
         if (page === undefined) return reply(failed("No target with given id found", InvalidParams))
         // The tab's removal comes back as `Inspector.detached`, which ends the page.
-        return this.ask("closeTab", { tabId: page.tabId }, (a) => reply("error" in a ? a : { result: { success: true } }))
+        return this.ask("closeTab", { tabId: page.tabId }, { ...to, _tag: "CloseTab" })
       }
       case "Target.detachFromTarget": {
         const page = typeof params["sessionId"] === "string" ? this.pages.get(params["sessionId"]) : undefined
@@ -201,7 +240,7 @@ class CdpClient {
   }
 
   private release(page: Page) {
-    this.ask(Cdp.Method.detach, { tabId: page.tabId, connection_id: this.session.connectionId } satisfies Cdp.DetachParams, () => undefined)
+    this.ask(Cdp.Method.detach, { tabId: page.tabId, connection_id: this.session.connectionId } satisfies Cdp.DetachParams, UNANSWERED)
   }
 
   onFrame(frame: Actors.Frame): void {
@@ -218,15 +257,15 @@ class CdpClient {
     const method = message["method"]
     const params = isRecord(message["params"]) ? message["params"] : {}
     const sessionId = typeof message["sessionId"] === "string" ? message["sessionId"] : undefined
-    const reply = (answer: Answer) => this.answer(id, sessionId, answer)
-    if (frame.limited) return reply(failed("Rate limit exceeded"))
-    if (sessionId === undefined) return this.browser(method, params, reply)
+    const to: ReplyTo = sessionId === undefined ? { id } : { id, sessionId }
+    if (frame.limited) return this.reply(to, failed("Rate limit exceeded"))
+    if (sessionId === undefined) return this.browser(method, params, to)
     const page = this.pages.get(sessionId)
     const tabId = page?.tabId ?? this.children.get(sessionId)
-    if (tabId === undefined) return reply(failed(`Session with given id not found.`))
+    if (tabId === undefined) return this.reply(to, failed(`Session with given id not found.`))
     // The page's own session is the tab's root in the extension; a child's keeps Chrome's id.
     const command: Cdp.CommandParams = { tabId, method, params, ...(page === undefined ? { sessionId } : {}) }
-    this.ask(Cdp.Method.command, { ...command }, reply)
+    this.ask(Cdp.Method.command, { ...command }, { ...to, _tag: "Command" })
   }
 
   /** A CDP event of one of this client's tabs, from the extension. */
@@ -253,23 +292,88 @@ class CdpClient {
   }
 
   /** Lets every tab go, and the extension. */
-  closed(replica: Replica) {
-    for (const page of this.pages.values()) this.release(page)
-    this.waiting.clear()
-    return Attachment.detach(replica, this.conn, this.session.connectionId, this.session.extConn)
+  onClosed() {
+    return Effect.suspend(() => {
+      for (const page of this.pages.values()) this.release(page)
+      this.waiting.clear()
+      return Effect.zipRight(Attachment.detach(this.replica, this.conn, this.session.connectionId, this.session.extConn), this.replica.forget(this.conn))
+    })
+  }
+
+  /**
+   * Its replica stops: everything the session is, for the replica that adopts the socket. The
+   * proxy connection stays the same, so the extension goes on driving the same tabs for it, and
+   * sends their events and the answers in flight to the same socket, now served there.
+   */
+  onHandoff(): Proxy.HandoffState {
+    const { connectionId, extConn, extensionId } = this.session
+    return {
+      role: "cdp",
+      connectionId,
+      extensionId,
+      extensionConn: extConn,
+      extensionEdge: this.extensionEdge,
+      pages: [...this.pages.values()].map(({ info, sessionId, tabId }) => ({ tabId, sessionId, info })),
+      children: [...this.children].map(([sessionId, tabId]) => ({ sessionId, tabId })),
+      autoAttach: this.autoAttach,
+      discover: this.discover,
+      sequence: this.sequence,
+      pending: [...this.waiting.entries()].map(([mapped, awaited]) => ({ mapped, awaited }))
+    }
+  }
+
+  /** Carries on the session a stopping replica handed over (`onHandoff`); its client notices nothing. */
+  adopt(state: HandedOver) {
+    for (const { info, sessionId, tabId } of state.pages) {
+      const page: Page = { tabId, sessionId, info }
+      this.pages.set(sessionId, page)
+      this.byTab.set(tabId, page)
+    }
+    for (const { sessionId, tabId } of state.children) this.children.set(sessionId, tabId)
+    this.autoAttach = state.autoAttach
+    this.discover = state.discover
+    this.sequence = state.sequence
+    // Their time starts again here: a command is not failed for the time its hand-off took.
+    for (const { awaited, mapped } of state.pending) this.waiting.set(mapped, awaited)
   }
 }
+
+type HandedOver = Extract<Proxy.HandoffState, { readonly role: "cdp" }>
 
 /** Why a CDP socket cannot be served, as its close reason. */
 const refuse = (reason: string) => Effect.fail(new Actors.Refuse(Edge.CloseCode.PolicyViolation, reason))
 
-export const make = (replica: Replica) => (conn: Actors.Connection, restored: boolean) =>
+/** The actor of one session, with its commands in flight, which end with its scope. */
+const serve = (replica: Replica, conn: Actors.Connection, session: Attachment.Session, extensionEdge: string) =>
   Effect.gen(function*() {
-    // The pages and their sessions lived in the replica that stopped: a CDP client cannot carry
-    // on without them, and connects again (it gets 1012, "restart").
-    if (restored) return yield* Effect.fail(new Actors.Refuse(Edge.CloseCode.ServiceRestart, "the router replica serving this CDP session stopped; connect again"))
+    const expired = (_: string, awaited: Proxy.CdpAwaited) => client.settle(awaited, failed(replica.timedOut))
+    const waiting = yield* Scope.extend(TimedMap.make(replica.timeoutMillis, expired, replica.inFlight), yield* Effect.scope)
+    const client = new CdpClient(replica, conn, session, extensionEdge, waiting)
+    return client
+  })
+
+export const make = (replica: Replica) => (conn: Actors.Connection, restored: boolean, handedOver: Proxy.HandoffState | undefined) =>
+  Effect.gen(function*() {
     const scope = yield* Effect.scope
     const user = conn.user
+    if (restored) {
+      // Adopted after its replica died (no hand-off): the pages, their sessions and the commands
+      // in flight were only in that replica's memory; the client connects again (1012, "restart").
+      // Closed rather than refused: refusing a socket adopted from KV closes nothing (no edge
+      // awaits that answer), and the client would wait forever on a socket nobody serves.
+      if (handedOver?.role !== "cdp" || user === undefined) {
+        conn.close(Edge.CloseCode.ServiceRestart, "the router replica serving this CDP session stopped; connect again")
+        return { onFrame: () => undefined } satisfies Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState>
+      }
+      // Admitted by the replica that handed it over.
+      yield* replica.seat(replica.clientSeats, user, scope, true)
+      const { connectionId, extensionConn, extensionEdge, extensionId } = handedOver
+      const extConn = Subjects.ConnId(extensionConn)
+      const extension = replica.link.to(Subjects.EdgeId(extensionEdge), extConn)
+      const client = yield* serve(replica, conn, { connectionId, extensionId, extConn, extension, peerCount: 1 }, extensionEdge)
+      client.adopt(handedOver)
+      return client
+    }
     if (user === undefined) return yield* refuse("a bearer token is required")
     const extensionId = decodeURIComponent(conn.open.path.slice(PREFIX.length))
     if (extensionId === "" || extensionId.includes("/")) return yield* refuse(`no CDP endpoint at ${conn.open.path}; use ${PREFIX}{extension_id}`)
@@ -279,13 +383,5 @@ export const make = (replica: Replica) => (conn: Actors.Connection, restored: bo
     const attached = yield* Attachment.attach(replica, conn, user, extensionId)
     if (Option.isNone(attached)) return yield* refuse(`extension ${extensionId} not found or not connected`)
     yield* Attachment.record(replica, conn, user, attached.value)
-    const timedOut = (_: string, then: (answer: Answer) => void) => then(failed(replica.timedOut))
-    const waiting = yield* Scope.extend(TimedMap.make(replica.timeoutMillis, timedOut, replica.inFlight), scope)
-    const client = new CdpClient(conn, attached.value.session, waiting, replica.config.maxPending)
-    return {
-      onFrame: (frame: Actors.Frame) => client.onFrame(frame),
-      receive: client.receive,
-      onClosed: () => Effect.zipRight(client.closed(replica), replica.forget(conn))
-    } satisfies Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState>
+    return yield* serve(replica, conn, attached.value.session, attached.value.edge)
   })
-

@@ -33,7 +33,7 @@ export const make = Effect.gen(function*() {
       conn.open.path === "/extension"
         ? extension(conn, restored, handedOver)
         : CdpSession.serves(conn.open.path)
-        ? cdp(conn, restored)
+        ? cdp(conn, restored, handedOver)
         : client(conn, restored, handedOver)
   })
 })
