@@ -18,10 +18,9 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
-import type { Worker } from "playwright-core"
 import puppeteer, { type ConsoleMessage, type Page } from "puppeteer-core"
 import { connect, type TestClient } from "./support/Client.ts"
-import { configure, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
+import { configure, extensionAttached, extensionsUntil, pageServer, pngSize, withExtension } from "./support/ExtensionHarness.ts"
 import * as Processes from "./support/Processes.ts"
 import { client, extensionOf, type Message } from "./support/ProxyPeers.ts"
 import { natsEdge, replica, token } from "./support/Stack.ts"
@@ -59,37 +58,6 @@ const consoleMessage = (page: Page, ok: (text: string) => boolean) => {
 interface Held {
   release?: (value: string) => void
 }
-
-interface DebuggerGlobals {
-  readonly chrome: {
-    readonly debugger: {
-      getTargets(): Promise<Array<{ readonly url: string; readonly tabId?: number }>>
-      attach(target: { readonly tabId: number }, version: string): Promise<void>
-      detach(target: { readonly tabId: number }): Promise<void>
-    }
-  }
-}
-
-/**
- * Whether the extension holds the debugger of the tab showing `url`: an extension cannot attach
- * twice, so an attach from its worker fails while it does (and is undone at once when it
- * succeeds). Other debuggers do not count.
- */
-const extensionAttached = (worker: Worker, url: string) =>
-  Effect.promise(() =>
-    worker.evaluate(async (shown) => {
-      const { debugger: d } = (globalThis as unknown as DebuggerGlobals).chrome
-      const tabId = (await d.getTargets()).find((t) => t.url === shown)?.tabId
-      if (tabId === undefined) return undefined
-      try {
-        await d.attach({ tabId }, "1.3")
-      } catch {
-        return true
-      }
-      await d.detach({ tabId })
-      return false
-    }, url)
-  )
 
 describe("CDP endpoint across a router replica's stop", () => {
   it.scopedLive("Puppeteer carries on through a SIGTERM of the router serving its session: the command in flight answered, then evaluate, goto, console, newPage, screenshot, close; no reconnect", () =>
@@ -162,9 +130,9 @@ describe("CDP endpoint across a router replica's stop", () => {
       expect(d.router.output()).toMatch(/handed \d+ (of \d+ )?connections over/)
 
       // The client goes: the new replica lets its tab go, under the proxy connection the extension knows.
-      expect(yield* extensionAttached(worker, anotherUrl)).toBe(true)
+      expect(yield* extensionAttached(worker, { url: anotherUrl })).toBe(true)
       yield* Effect.promise(() => browser.disconnect())
-      yield* extensionAttached(worker, anotherUrl).pipe(
+      yield* extensionAttached(worker, { url: anotherUrl }).pipe(
         Effect.filterOrFail((a) => a === false, () => new Error("the debugger is still attached")),
         Effect.retry(Schedule.spaced("100 millis")),
         Effect.timeoutFail({ duration: HANG, onTimeout: () => new Error("the tab was not detached after its client left") })

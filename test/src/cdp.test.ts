@@ -21,7 +21,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import WebSocket from "ws"
-import { configure, extensionsUntil, pageServer, pngSize, tempDir, withExtension } from "./support/ExtensionHarness.ts"
+import { configure, extensionAttached, extensionsUntil, pageServer, pngSize, tempDir, withExtension } from "./support/ExtensionHarness.ts"
 import * as Processes from "./support/Processes.ts"
 import { client } from "./support/ProxyPeers.ts"
 import { expiredToken, token } from "./support/Stack.ts"
@@ -203,37 +203,6 @@ interface TabsGlobals {
   readonly chrome: { readonly tabs: { query(filter: { readonly url: string }): Promise<Array<unknown>> } }
 }
 
-interface DebuggerGlobals {
-  readonly chrome: {
-    readonly debugger: {
-      getTargets(): Promise<Array<{ readonly id: string; readonly tabId?: number }>>
-      attach(target: { readonly tabId: number }, version: string): Promise<void>
-      detach(target: { readonly tabId: number }): Promise<void>
-    }
-  }
-}
-
-/**
- * Whether the extension holds the debugger of the tab showing target `targetId`: an extension
- * cannot attach twice, so an attach from its worker fails while it does (and is undone at once
- * when it succeeds). Other debuggers (the test's own Playwright) do not count.
- */
-const extensionAttached = (worker: Worker, targetId: string) =>
-  Effect.promise(() =>
-    worker.evaluate(async (id) => {
-      const { debugger: d } = (globalThis as unknown as DebuggerGlobals).chrome
-      const tabId = (await d.getTargets()).find((t) => t.id === id)?.tabId
-      if (tabId === undefined) return undefined
-      try {
-        await d.attach({ tabId }, "1.3")
-      } catch {
-        return true
-      }
-      await d.detach({ tabId })
-      return false
-    }, targetId)
-  )
-
 /** The proxy's id of the extension, once it has connected to `ws` as `user`. */
 const extensionIdAt = (ws: string, user: string) =>
   Effect.gen(function*() {
@@ -291,7 +260,7 @@ layer(browser, { excludeTestServices: true, timeout: "180 seconds" })("CDP endpo
         const second = yield* rawClient(endpoint, "carol")
         const created = yield* first.send({ method: "Target.createTarget", params: { url: `${pages}/control.html` } })
         const targetId = (created["result"] as { targetId: string }).targetId
-        expect(yield* extensionAttached(worker, targetId)).toBe(true)
+        expect(yield* extensionAttached(worker, { id: targetId })).toBe(true)
 
         // The other client sees none of it, and may not take it.
         expect(yield* second.send({ method: "Target.getTargets" })).toMatchObject({ result: { targetInfos: [] } })
@@ -318,7 +287,7 @@ layer(browser, { excludeTestServices: true, timeout: "180 seconds" })("CDP endpo
         const sessionId = (attached["result"] as { sessionId: string }).sessionId
         expect(yield* first.send({ method: "Runtime.evaluate", params: { expression: "document.title", returnByValue: true }, sessionId })).toMatchObject({ result: { result: { value: "Control" } } })
         yield* first.close
-        yield* extensionAttached(worker, targetId).pipe(
+        yield* extensionAttached(worker, { id: targetId }).pipe(
           Effect.filterOrFail((a) => a === false, () => new Error("the debugger is still attached")),
           Effect.retry(Schedule.spaced("100 millis")),
           Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("the tab was not detached after its client left") })

@@ -85,3 +85,35 @@ export const pngSize = (bytes: Buffer) =>
   bytes.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) && bytes.subarray(12, 16).toString() === "IHDR"
     ? { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) }
     : undefined
+
+interface DebuggerGlobals {
+  readonly chrome: {
+    readonly debugger: {
+      getTargets(): Promise<Array<{ readonly id: string; readonly url: string; readonly tabId?: number }>>
+      attach(target: { readonly tabId: number }, version: string): Promise<void>
+      detach(target: { readonly tabId: number }): Promise<void>
+    }
+  }
+}
+
+/**
+ * Whether the extension holds the debugger of the tab of target `which` (by its id, or by the url
+ * it shows): an extension cannot attach twice, so an attach from its worker fails while it does
+ * (and is undone at once when it succeeds). Other debuggers (a test's own Playwright) do not
+ * count. `undefined` when no tab matches.
+ */
+export const extensionAttached = (worker: Worker, which: { readonly id: string } | { readonly url: string }) =>
+  Effect.promise(() =>
+    worker.evaluate(async (target) => {
+      const { debugger: d } = (globalThis as unknown as DebuggerGlobals).chrome
+      const tabId = (await d.getTargets()).find((t) => ("id" in target ? t.id === target.id : t.url === target.url))?.tabId
+      if (tabId === undefined) return undefined
+      try {
+        await d.attach({ tabId }, "1.3")
+      } catch {
+        return true
+      }
+      await d.detach({ tabId })
+      return false
+    }, which)
+  )
