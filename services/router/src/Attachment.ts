@@ -84,16 +84,28 @@ export const restore = (replica: Replica, connectionId: string) =>
     const found = yield* replica.proxies.get(Subjects.Key.proxyConnection(connectionId)).pipe(
       orWarn(`could not read ${connectionId} of an adopted client; it carries on unconnected`, Option.none())
     )
-    if (Option.isNone(found)) return Option.none<Session>()
-    const { extensionConn, extensionEdge, extensionId } = found.value.value
-    return Option.some<Session>({
-      connectionId,
-      extensionId,
-      extConn: Subjects.ConnId(extensionConn),
-      extension: replica.link.to(Subjects.EdgeId(extensionEdge), Subjects.ConnId(extensionConn)),
-      peerCount: 1
-    })
+    return Option.map(found, ({ value }) => sessionOf(replica, { ...value, connectionId }))
   })
+
+/**
+ * The session of a client whose attachment another replica made, from what it recorded or
+ * handed over. Its peer count is this client alone until the extension's actor says otherwise.
+ */
+export const sessionOf = (
+  replica: Replica,
+  { connectionId, extensionConn, extensionEdge, extensionId }: {
+    readonly connectionId: string
+    readonly extensionId: string
+    readonly extensionConn: string
+    readonly extensionEdge: string
+  }
+): Session => ({
+  connectionId,
+  extensionId,
+  extConn: Subjects.ConnId(extensionConn),
+  extension: replica.link.to(Subjects.EdgeId(extensionEdge), Subjects.ConnId(extensionConn)),
+  peerCount: 1
+})
 
 /** Tells the extension's actor the client let go, and removes the record. */
 export const detach = (replica: Replica, conn: Actors.Connection, connectionId: string, extConn: Subjects.ConnId) =>

@@ -9,7 +9,7 @@
  * opened; the extension refuses a tab another client drives. All of it is data (what each command
  * in flight awaits too), so that a replica that stops hands the session to another whole.
  */
-import { Actors, Subjects, TimedMap } from "@switchboard/bus"
+import { Actors, TimedMap } from "@switchboard/bus"
 import { Edge, Proxy } from "@switchboard/protocol"
 import * as Cdp from "@switchboard/protocol/browser/Cdp"
 import { isRecord, shapeIssue } from "@switchboard/protocol/JsonRpc"
@@ -367,10 +367,7 @@ export const make = (replica: Replica) => (conn: Actors.Connection, restored: bo
       }
       // Admitted by the replica that handed it over.
       yield* replica.seat(replica.clientSeats, user, scope, true)
-      const { connectionId, extensionConn, extensionEdge, extensionId } = handedOver
-      const extConn = Subjects.ConnId(extensionConn)
-      const extension = replica.link.to(Subjects.EdgeId(extensionEdge), extConn)
-      const client = yield* serve(replica, conn, { connectionId, extensionId, extConn, extension, peerCount: 1 }, extensionEdge)
+      const client = yield* serve(replica, conn, Attachment.sessionOf(replica, handedOver), handedOver.extensionEdge)
       client.adopt(handedOver)
       return client
     }
