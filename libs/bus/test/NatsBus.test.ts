@@ -3,6 +3,7 @@ import { jetstreamManager } from "@nats-io/jetstream"
 import { connect } from "@nats-io/transport-node"
 import { NatsServer } from "@switchboard/testing"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
@@ -50,8 +51,16 @@ describe("nats kv watch", () => {
       const namespace = `watch${process.pid}`
       const kv = yield* Effect.map(Layer.build(NatsBus.layer({ servers, namespace })), Context.get(Kv.Kv))
       const bucket = yield* kv.bucket({ name: "watched" })
-      const ended = yield* bucket.watch().pipe(Stream.runDrain, Effect.either, Effect.forkScoped)
       yield* bucket.put("k", "v")
+      // The watch has its consumer once it has replayed the put; listing consumers before then can find none.
+      const seen = yield* Deferred.make<void>()
+      const ended = yield* bucket.watch({ initial: true }).pipe(
+        Stream.tap(() => Deferred.succeed(seen, undefined)),
+        Stream.runDrain,
+        Effect.either,
+        Effect.forkScoped
+      )
+      yield* Deferred.await(seen).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the watch saw no put within 10 s") }))
       // The watch's consumer goes, as it does with the node that held it.
       const nc = yield* Effect.acquireRelease(Effect.promise(() => connect({ servers: [...servers] })), (c) => Effect.promise(() => c.close()))
       const jsm = yield* Effect.promise(() => jetstreamManager(nc))
