@@ -61,6 +61,20 @@ describe("liveness (embedded bus)", () => {
       expect(adopted.events).toContain("closed 1000 done")
     })))
 
+  it.live("a connection adopted from a replica that is gone, and refused, is closed with the refusal and its record dropped", () =>
+    onEmbeddedBus(Effect.gen(function*() {
+      const firstScope = yield* Scope.make()
+      yield* Scope.extend(recordingHost({ replica: "first" }), firstScope)
+      const client = yield* ActorClient.open("echo", { path: "/refused-on-adoption" })
+      const survivor = yield* recordingHost({ replica: "survivor", replicaHeartbeat: "50 millis", refuseRestored: true })
+      yield* Scope.close(firstScope, Exit.void)
+      // Nobody awaits the adopter's answer, so the adopter itself tells the edge.
+      expect(yield* within(client.closedByService)).toEqual({ code: 1012, reason: "connect again" })
+      yield* eventually(Effect.map(holder(client.conn), Option.isNone))
+      expect(survivor.logs).toContain("refused the adopted connection: 1012 connect again")
+      expect(survivor.actors.size).toBe(0)
+    })))
+
   it.live("a replica whose key lapsed but still answers keeps its connections", () =>
     onEmbeddedBus(Effect.gen(function*() {
       const first = yield* recordingHost({ replica: "slow-beat", replicaHeartbeat: "2500 millis" })

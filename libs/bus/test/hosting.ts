@@ -38,6 +38,8 @@ export interface RecordingOptions {
   readonly onFrame?: (actor: RecordingActor, frame: Actors.Frame) => Effect.Effect<void> | void
   /** Refuse connections whose path is this. */
   readonly refusePath?: string
+  /** Refuse connections adopted from a replica that is gone, as an actor whose state died with it does. */
+  readonly refuseRestored?: boolean
 }
 
 /** Hosts `echo` until the scope closes; hand-off is off, so a stop leaves connections to adoption. */
@@ -56,6 +58,7 @@ export const recordingHost = (options: RecordingOptions = {}) =>
       make: (conn, restored) =>
         Effect.gen(function*() {
           if (conn.open.path === options.refusePath) return yield* Effect.fail(new Actors.Refuse(4403, "not here"))
+          if (restored && options.refuseRestored) return yield* Effect.fail(new Actors.Refuse(1012, "connect again"))
           const actor: RecordingActor = {
             conn,
             restored,

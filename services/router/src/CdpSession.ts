@@ -359,11 +359,8 @@ export const make = (replica: Replica) => (conn: Actors.Connection, restored: bo
     if (restored) {
       // Adopted after its replica died (no hand-off): the pages, their sessions and the commands
       // in flight were only in that replica's memory; the client connects again (1012, "restart").
-      // Closed rather than refused: refusing a socket adopted from KV closes nothing (no edge
-      // awaits that answer), and the client would wait forever on a socket nobody serves.
       if (handedOver?.role !== "cdp" || user === undefined) {
-        conn.close(Edge.CloseCode.ServiceRestart, "the router replica serving this CDP session stopped; connect again")
-        return { onFrame: () => undefined } satisfies Actors.Actor<never, Proxy.RouterPeer, Proxy.HandoffState>
+        return yield* Effect.fail(new Actors.Refuse(Edge.CloseCode.ServiceRestart, "the router replica serving this CDP session stopped; connect again"))
       }
       // Admitted by the replica that handed it over.
       yield* replica.seat(replica.clientSeats, user, scope, true)
