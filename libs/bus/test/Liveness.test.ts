@@ -70,7 +70,7 @@ describe("liveness (embedded bus)", () => {
       yield* Scope.close(firstScope, Exit.void)
       // Nobody awaits the adopter's answer, so the adopter itself tells the edge.
       expect(yield* within(client.closedByService)).toEqual({ code: 1012, reason: "connect again" })
-      yield* eventually(Effect.map(holder(client.conn), Option.isNone))
+      yield* eventually(Effect.map(holder(client.conn), Option.isNone).pipe(Effect.provideService(Kv, yield* Kv)))
       expect(survivor.logs).toContain("refused the adopted connection: 1012 connect again")
       expect(survivor.actors.size).toBe(0)
     })))
