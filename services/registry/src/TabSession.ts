@@ -55,6 +55,13 @@ export const hostOf = (url: string): string | undefined => {
 class Tab implements Actors.Actor, Authenticate.Authenticating {
   private tab: Registry.TabRecord | undefined
   private key = ""
+  /**
+   * The revision of the tab's record that this actor last wrote or read. Its writes are
+   * compare-and-set against it, so that a socket of the same tab cannot write over another's
+   * record. Without this, a hello held up by a NATS failover wrote its record after a reload's
+   * socket had written, and the live socket's tools were gone from every /hub (chaos suite).
+   */
+  private revision: number | undefined
   /** The cached tools this actor last wrote, so re-registering the same list writes nothing; made with the first. */
   private written: Map<string, Registry.CachedToolRecord> | undefined
   /** What the tab sends wrong is logged at this rate, however fast it sends it; made with the first warning. */
@@ -85,9 +92,10 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
   }
 
   /** The tab this actor had, when it is adopted and its KV record still names its connection. */
-  restore(key: string, record: Registry.TabRecord) {
+  restore(key: string, record: Registry.TabRecord, revision: number) {
     this.key = key
     this.tab = record
+    this.revision = revision
   }
   get registered() {
     return this.tab !== undefined
@@ -100,17 +108,37 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
     return line === undefined ? Effect.void : Effect.logWarning(line)
   }
 
-  /** Whether the record was stored; a failure is logged. */
+  /**
+   * Whether the record was stored; a failure is logged. It is written over the revision this actor
+   * knows, and only over its own record after that: when another socket of the tab wrote first
+   * (both said hello at once, or a reload's socket replaced this one), that socket keeps the
+   * record and this one closes, as a replaced socket does.
+   */
   private save(next: Registry.TabRecord) {
-    return this.replica.tabs.put(this.key, next).pipe(
-      Effect.tap(() =>
+    const { tabs } = this.replica
+    const write = (revision: number | undefined) => (revision === undefined ? tabs.create(this.key, next) : tabs.update(this.key, next, revision))
+    return write(this.revision).pipe(
+      // The record says what conflicted: this actor's own write, applied though its answer was lost
+      // (a NATS leader died), a record deleted meanwhile, or another socket's.
+      Effect.catchTag("KvConflict", (conflict) =>
+        Effect.flatMap(tabs.get(this.key), (found) =>
+          Option.isNone(found)
+            ? write(undefined)
+            : found.value.value.conn === this.conn.id
+            ? write(found.value.revision)
+            : Effect.fail(conflict))
+      ),
+      Effect.tap((revision) =>
         Effect.sync(() => {
           const before = this.tab
           this.tab = next
+          this.revision = revision
           if (before === undefined || before.tools !== next.tools || before.url !== next.url) this.replica.toolsChanged(next.user)
         })
       ),
       Effect.as(true),
+      Effect.catchTag("KvConflict", () =>
+        Effect.as(Effect.sync(() => this.close(CloseCode.Normal, "replaced by a newer connection of the same tab")), false)),
       Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not store tab ${next.tabId} of ${next.domain}`, e), false))
     )
   }
@@ -153,8 +181,10 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
         const old = previous.value.value
         link.close(Subjects.EdgeId(old.edge), Subjects.ConnId(old.conn), CloseCode.Normal, "replaced by a newer connection of the same tab")
       }
+      // What this socket writes over: the record just read, or none.
+      this.revision = Option.getOrUndefined(Option.map(previous, (p) => p.revision))
       const now = Date.now()
-      yield* this.save({
+      const stored = yield* this.save({
         user,
         domain,
         tabId,
@@ -166,6 +196,7 @@ class Tab implements Actors.Actor, Authenticate.Authenticating {
         updatedAt: now,
         tools: []
       })
+      if (!stored) return yield* this.refuse(id, ErrorCode.InternalError, `Internal error: could not store the tab; send ${Method.hello} again`)
       yield* remember(conn, { role: "tab", user, domain, tabId })
       yield* Effect.logDebug(`tab ${tabId} of ${domain} (user ${user}) connected`)
       return this.answer(id, { domain, tabId })
@@ -276,7 +307,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
     if (remembered !== undefined && remembered.user === user) {
       const key = Subjects.Key.tab(user, remembered.domain, remembered.tabId)
       const found = yield* tabs.get(key).pipe(Effect.orElseSucceed(() => Option.none()))
-      if (Option.isSome(found) && found.value.value.conn === conn.id) tab.restore(key, found.value.value)
+      if (Option.isSome(found) && found.value.value.conn === conn.id) tab.restore(key, found.value.value, found.value.revision)
     }
     // One deadline for both steps: a socket without a token must authenticate and say hello within it.
     if (!tab.registered) tab.helloTimer = yield* deadline(conn, () => (tab.user() === undefined ? Authenticate.NotInTime : `${Method.hello} expected first`))

@@ -3,7 +3,7 @@
  * (`ActorClient`) and speak MCP-B as a tab and MCP as a hub client, one actor at a time.
  */
 import { AuthClient } from "@switchboard/auth"
-import { type Bus, type Kv, MemoryBus } from "@switchboard/bus"
+import { type Bus, type Journal, type Kv, MemoryBus } from "@switchboard/bus"
 import { Telemetry } from "@switchboard/telemetry"
 import * as ActorClient from "@switchboard/testing/ActorClient"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -16,15 +16,18 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import * as Registry from "../src/Registry.ts"
 
+/** The bus and KV the registry runs on: the embedded one unless a test gives NATS. */
+export type BusLayer = Layer.Layer<Bus.Bus | Kv.Kv | Journal.Journal, Bus.BusError>
+
 /**
  * The registry's layer and what it needs, settings given as a deployment gives them. With `logs`,
  * its warnings and errors are kept there, one line each, for a test to read.
  */
-export const registry = (env: Readonly<Record<string, string>> = {}, logs?: Array<string>) =>
+export const registry = (env: Readonly<Record<string, string>> = {}, logs?: Array<string>, bus: BusLayer = MemoryBus.layer) =>
   Registry.layer.pipe(
     Layer.provideMerge(AuthClient.layer),
     Layer.provideMerge(Telemetry.disabled),
-    Layer.provideMerge(MemoryBus.layer),
+    Layer.provideMerge(bus),
     // A replica with no other to hand its sessions to gives up on that quickly.
     Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ REGISTRY_SHUTDOWN_GRACE: "1 second", ...env }))))),
     Layer.provide(
@@ -44,8 +47,9 @@ export const registry = (env: Readonly<Record<string, string>> = {}, logs?: Arra
 export const withRegistry = <A, E>(
   body: Effect.Effect<A, E, Bus.Bus | Kv.Kv | Scope.Scope>,
   env: Readonly<Record<string, string>> = {},
-  logs?: Array<string>
-) => Effect.scoped(body).pipe(Effect.provide(registry(env, logs)))
+  logs?: Array<string>,
+  bus?: BusLayer
+) => Effect.scoped(body).pipe(Effect.provide(registry(env, logs, bus)))
 
 export type JsonRpcMessage = ActorClient.JsonRpcMessage
 

@@ -1,7 +1,11 @@
-/** The `/tabs` actor alone, on the embedded bus: what a tab's messages do to its KV record. */
+/**
+ * The `/tabs` actor alone, on the embedded bus (and on NATS, where two sockets' writes interleave):
+ * what a tab's messages do to its KV record.
+ */
 import { describe, expect, it } from "@effect/vitest"
-import { Kv, Subjects } from "@switchboard/bus"
+import { Kv, NatsBus, Subjects } from "@switchboard/bus"
 import { Registry } from "@switchboard/protocol"
+import { NatsServer } from "@switchboard/testing"
 import * as ActorClient from "@switchboard/testing/ActorClient"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -61,4 +65,46 @@ describe("the tab session", () => {
       yield* reloaded.client.close()
       yield* eventually(Effect.map(tabRecord("alice", "docs.example.org", 1), Option.isNone), "the entry removed")
     })))
+})
+
+describe("the tab session on NATS", () => {
+  // A chaos run lost a tab's tools from its /hub for minutes: a socket's hello, held up while NATS
+  // failed over, wrote its record after the reload's socket had written, and the reload's socket
+  // lived on unregistered. Two sockets of one tab say hello at once here, twenty times.
+  it.live("two sockets of one tab that say hello at once: one keeps the record, the other is closed as replaced", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const bus = NatsBus.layer({ servers, namespace: `tabs${process.pid}x${Date.now().toString(36)}` })
+      yield* withRegistry(
+        Effect.gen(function*() {
+          for (let tabId = 1; tabId <= 20; tabId++) {
+            const sockets = yield* Effect.all([1, 2].map(() => ActorClient.open("registry", { path: "/tabs", user: "alice" })))
+            const peers = sockets.map(peer)
+            // Each one's hello is answered, or its socket is closed.
+            yield* Effect.all(
+              peers.map((p) => Effect.raceFirst(p.request("browser/hello", { tabId, url: "https://docs.example.org/" }), p.client.closedByService)),
+              { concurrency: "unbounded" }
+            )
+            const closed = (client: ActorClient.ActorClient) => Effect.map(Effect.timeoutOption(client.closedByService, "5 millis"), Option.isSome)
+            // The record names the one socket left open, and the other was told it is replaced.
+            yield* eventually(
+              Effect.gen(function*() {
+                const record = yield* tabRecord("alice", "docs.example.org", tabId)
+                const open = yield* Effect.filter(sockets, (c) => Effect.map(closed(c), (x) => !x))
+                return open.length === 1 && Option.isSome(record) && record.value.conn === open[0]!.conn
+              }),
+              `one socket of tab ${tabId} left open, and the record naming it`
+            )
+            const [kept] = yield* Effect.filter(peers, (p) => Effect.map(closed(p.client), (x) => !x))
+            const replaced = sockets.find((c) => c !== kept!.client)!
+            expect((yield* replaced.closedByService).reason).toBe("replaced by a newer connection of the same tab")
+            expect((yield* kept!.request("browser/registerTools", { tools: [{ name: "search", inputSchema: { type: "object" } }] })).error).toBeUndefined()
+            expect(Option.map(yield* tabRecord("alice", "docs.example.org", tabId), (r) => r.tools.map((t) => t.name))).toEqual(Option.some(["search"]))
+          }
+        }),
+        {},
+        undefined,
+        bus
+      )
+    }).pipe(Effect.provide(NatsServer.layer)), 60_000)
 })
