@@ -348,17 +348,9 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
       replicas,
       owns: (conn) => actors.owns(conn),
       socketsByEdge: () => actors.socketsByEdge(),
-      adopted: (connId, found) => {
+      adopted: (connId, found, answer) => {
         meter.adopted()
-        const edge = edgeIdOf(found.edge)
-        // No edge awaits this answer: a refusal closes the socket here, with the refusal's code,
-        // and drops the record, or the client would wait on a socket that nobody serves.
-        runFork(run(connId, edge, found.open, true, (refused) =>
-          refused === undefined ? Effect.void : Effect.all([
-            Effect.logInfo(`refused the adopted connection: ${refused.code} ${refused.reason}`),
-            Effect.sync(() => found.open.transport === "http" || closeSocket(bus, edge, connId, refused.code, refused.reason)),
-            connections.remove(connId)
-          ], { discard: true })))
+        runFork(run(connId, edgeIdOf(found.edge), found.open, true, answer))
       }
     })
 

@@ -10,6 +10,7 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { BusError, BusShape } from "./Bus.ts"
+import { closeSocket, edgeIdOf } from "./EdgeLink.ts"
 import { replicaInbox } from "./Handoff.ts"
 import type { KvBucketShape } from "./Kv.ts"
 import type { ConnectionRecord, Ownership } from "./SessionStore.ts"
@@ -53,8 +54,11 @@ export interface LivenessOptions {
    * Streamable HTTP session outlives any edge and is left out.
    */
   readonly socketsByEdge: () => ReadonlyMap<Subjects.EdgeId, ReadonlyArray<EdgeLossTarget>>
-  /** This replica took the connection's record from a replica that is gone: start its actor, restored. */
-  readonly adopted: (conn: Subjects.ConnId, record: ConnectionRecord) => void
+  /**
+   * This replica took the connection's record from a replica that is gone: start its actor,
+   * restored, and give `answer` whether the actor took it.
+   */
+  readonly adopted: (conn: Subjects.ConnId, record: ConnectionRecord, answer: (refused: Host.OpenRefused | undefined) => Effect.Effect<void>) => void
 }
 
 /**
@@ -74,10 +78,23 @@ export const start = (options: LivenessOptions): Effect.Effect<{ readonly others
     )
     yield* Effect.addFinalizer(() => replicas.delete(replicaKey).pipe(Effect.ignore))
 
+    /**
+     * No edge awaits an adopted connection's answer: a refusal closes its socket here (a Streamable
+     * HTTP session has none) and drops its record, or the client would wait on a socket nobody serves.
+     */
+    const answer = (connId: Subjects.ConnId, record: ConnectionRecord) => (refused: Host.OpenRefused | undefined) =>
+      refused === undefined ? Effect.void : Effect.all([
+        Effect.logInfo(`refused the adopted connection: ${refused.code} ${refused.reason}`),
+        Effect.sync(() => {
+          if (record.open.transport !== "http") closeSocket(bus, edgeIdOf(record.edge), connId, refused.code, refused.reason)
+        }),
+        options.ownership.remove(connId)
+      ], { discard: true })
+
     const adopt = (connId: Subjects.ConnId, found: { readonly value: ConnectionRecord; readonly revision: number }) =>
       connections.update(connId, { ...found.value, replica }, found.revision).pipe(
         // Another survivor claimed it first; it is theirs.
-        Effect.flatMap(() => Effect.sync(() => options.adopted(connId, found.value))),
+        Effect.flatMap(() => Effect.sync(() => options.adopted(connId, found.value, answer(connId, found.value)))),
         Effect.catchTag("KvConflict", () => Effect.void)
       )
 
