@@ -396,15 +396,17 @@ const handoffHeaders = (op: Op, m: Marker | Hold | Release): Headers => ({ [Head
 /** The headers of a message to a connection's actor. */
 export const encodeEdgeIn = (m: EdgeIn): Headers => {
   switch (m._tag) {
-    case "Frame":
-      return withOptional({ [Header.op]: "frame", [Header.conn]: m.conn, [Header.edge]: m.edge }, [
-        [Header.user, m.user],
-        [Header.reason, m.limited ? "rate-limited" : undefined],
-        [Header.traceparent, m.traceparent],
-        [Header.http, m.http],
-        [Header.httpOp, m.httpOp],
-        [Header.lastEventId, m.lastEventId]
-      ])
+    case "Frame": {
+      // Written out, not through `withOptional`: a Streamable HTTP request builds one per message.
+      const headers: Record<string, string> = { [Header.op]: "frame", [Header.conn]: m.conn, [Header.edge]: m.edge }
+      if (m.user !== undefined) headers[Header.user] = m.user
+      if (m.limited) headers[Header.reason] = "rate-limited"
+      if (m.traceparent !== undefined) headers[Header.traceparent] = m.traceparent
+      if (m.http !== undefined) headers[Header.http] = m.http
+      if (m.httpOp !== undefined) headers[Header.httpOp] = m.httpOp
+      if (m.lastEventId !== undefined) headers[Header.lastEventId] = m.lastEventId
+      return headers
+    }
     case "Closed":
       return withOptional({ [Header.op]: "closed" }, [
         [Header.conn, m.conn],

@@ -65,6 +65,9 @@ const authPeers = Peer.protocol(Auth.AuthPeer)
 const GOOD: Verdicts.Limits = { keepFor: 30_000, maxEntries: 10_000, maxBytes: 8 * 1024 * 1024 }
 const REFUSED: Verdicts.Limits = { keepFor: 5_000, maxEntries: 1_000, maxBytes: 256 * 1024 }
 
+/** Digests of good tokens kept by their text (`Verdicts.Digests`). */
+const DIGESTS = 256
+
 /** Claims as held in memory take about twice their JSON (UTF-16 strings, object headers). */
 const claimsBytes = (claims: Auth.Claims) => 2 * JSON.stringify(claims).length
 const reasonBytes = (reason: string) => 2 * reason.length
@@ -92,14 +95,16 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
     }).pipe(Effect.repeat(Schedule.spaced("30 seconds")), Effect.forkScoped)
     const expired = (claims: Auth.Claims) => claims.exp !== undefined && claims.exp * 1000 <= Date.now()
 
-    /** The kept good verdict under `key`, unless the token has expired since. */
-    const kept = (key: string) => {
+    const digests = new Verdicts.Digests(DIGESTS)
+    /** The kept good verdict of `token` (whose digest is `key`), unless the token has expired since. */
+    const kept = (token: string, key: string) => {
       const claims = good.get(key)
-      if (claims === undefined || !expired(claims)) return claims
-      good.delete(key)
-      return undefined
+      if (claims === undefined) return undefined
+      if (expired(claims)) return void good.delete(key)
+      digests.keep(token, key)
+      return claims
     }
-    const known = (token: string) => kept(Verdicts.digest(token))
+    const known = (token: string) => kept(token, digests.of(token))
     const noCheck = () => undefined
     /** The check under way for each token digest, and who waits on it; gone once it answers. */
     const checking = new Map<string, Check>()
@@ -110,8 +115,8 @@ export const layer: Layer.Layer<AuthClient, never, Bus.Bus> = Layer.scoped(
       check.cancel()
     }
     const unsafeVerify: AuthClientShape["unsafeVerify"] = (token, onVerdict) => {
-      const key = Verdicts.digest(token)
-      const claims = kept(key)
+      const key = digests.of(token)
+      const claims = kept(token, key)
       if (claims !== undefined) {
         onVerdict(Exit.succeed(claims))
         return noCheck

@@ -32,6 +32,18 @@ describe("Verdicts", () => {
     expect(Verdicts.digest(long)).not.toBe(Verdicts.digest(`${long}y`))
   })
 
+  it("remembers the digests of at most max good tokens, oldest out first", () => {
+    const digests = new Verdicts.Digests(2)
+    for (const token of ["a.1", "a.2", "a.3"]) digests.keep(token, Verdicts.digest(token))
+    expect(digests.size).toBe(2)
+    for (const token of ["a.1", "a.2", "a.3", "never.kept"]) expect(digests.of(token)).toBe(Verdicts.digest(token))
+    // What it remembers is what it answers: a wrong digest kept for a token comes back for it.
+    digests.keep("a.4", "remembered")
+    expect(digests.of("a.4")).toBe("remembered")
+    expect(digests.of("a.2")).toBe(Verdicts.digest("a.2"))
+    expect(digests.size).toBe(2)
+  })
+
   it("holds at most maxEntries, evicting the oldest first", () => {
     const t = table({ maxEntries: 3 })
     for (const k of ["a", "b", "c", "d"]) t.set(k, k)

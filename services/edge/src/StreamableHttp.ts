@@ -124,7 +124,17 @@ export const make = (
 
     /** A session's frame, or its exchange's control (`httpOp`), as the envelope carries it. */
     const frameHeaders = (session: Subjects.ConnId, user: string, extra: Partial<Envelope.Frame>): Envelope.Headers =>
-      Envelope.encodeEdgeIn({ ...extra, _tag: "Frame", conn: session, edge: edgeId, user, limited: false })
+      Envelope.encodeEdgeIn({
+        _tag: "Frame",
+        conn: session,
+        edge: edgeId,
+        user,
+        limited: false,
+        traceparent: extra.traceparent,
+        http: extra.http,
+        httpOp: extra.httpOp,
+        lastEventId: extra.lastEventId
+      })
 
     /**
      * The edge's span for a message it hands to a session, as a socket's frame gets one; a host
@@ -164,9 +174,9 @@ export const make = (
     const forward = (res: Http.ServerResponse, session: Subjects.ConnId, user: string, body: Buffer, id: JsonRpc.Id | undefined) => {
       options.countFrame()
       const traced = receiveSpan(res, session)
-      const trace = { traceparent: traced?.traceparent }
+      const traceparent = traced?.traceparent
       if (id === undefined) {
-        bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, trace))
+        bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { traceparent }))
         traced?.span.end()
         res.writeHead(202).end()
         return
@@ -183,7 +193,7 @@ export const make = (
         about: { session, request: String(id) },
         onCut: cancelled(session, user, id)
       })
-      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { ...trace, http: n }))
+      bus.unsafePublish(Subjects.conn(options.service, session), body, frameHeaders(session, user, { traceparent, http: n }))
       traced?.span.end()
     }
 
