@@ -3,13 +3,7 @@
  * every subject under the namespace. Headers are handed to nats.js in a form it need not copy, and
  * read from the raw header block, since these are the hottest paths of every service.
  */
-import {
-  type Msg,
-  type MsgHdrs,
-  type PublishOptions,
-  RequestError,
-  TimeoutError
-} from "@nats-io/transport-node"
+import { type Msg, type MsgHdrs, type PublishOptions } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -28,6 +22,7 @@ import {
 import { corker, FrozenHeaders, rawHeaderBlock } from "./internal/NatsShims.ts"
 import type { NatsLink } from "./NatsConnection.ts"
 import { busError } from "./NatsFailures.ts"
+import { NatsRequests } from "./NatsRequests.ts"
 
 /**
  * Hot publishers (the edge, actors) reuse one header record per connection or kind, so the
@@ -127,41 +122,48 @@ export const makeBus = ({ drain, isConnected, namespace, nc, onReconnect }: Nats
   const stream: BusShape["stream"] = (subject, options) =>
     Stream.asyncScoped<BusMessage, BusError>((emit) => subscribe(subject, (m) => void emit.single(m), options))
 
-  /** Why a request got no answer, as the port names it. */
-  const requestFailure = (subject: string, timeout: Duration.DurationInput, e: unknown): NoResponders | RequestTimeout | BusError => {
-    if (e instanceof RequestError && e.isNoResponders()) return new NoResponders({ subject })
-    if (e instanceof TimeoutError || (e instanceof RequestError && e.cause instanceof TimeoutError)) {
-      return new RequestTimeout({ subject, timeout: Duration.decode(timeout) })
-    }
-    return busError("Publish", `request to ${subject} failed`)(e)
+  /** A request in flight: whom to tell, and of which subject. */
+  interface Asked {
+    readonly subject: string
+    readonly timeout: Duration.DurationInput
+    readonly onResult: Parameters<BusShape["unsafeRequest"]>[3]
   }
-
-  // nats.js answers a request with a promise; this is the one callback on it, with no fiber.
-  const unsafeRequest: BusShape["unsafeRequest"] = (subject, data, options, onResult) => {
-    const timeout = options?.timeout ?? DEFAULT_REQUEST_TIMEOUT
-    const h = toNatsHeaders(options?.headers)
-    let live = true
-    let asked: Promise<Msg>
+  const tell = ({ onResult, subject }: Asked, result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => {
     try {
-      asked = nc.request(prefix + subject, data, { timeout: Duration.toMillis(timeout), ...(h === undefined ? {} : { headers: h }) })
-    } catch (e) {
-      asked = Promise.reject(e)
+      onResult(result)
+    } catch (cause) {
+      // A throwing callback is a bug in its caller; as on the embedded bus, it must not end the
+      // connection's read loop.
+      console.error(`nats bus: the callback of a request to ${subject} threw`, cause)
     }
-    const tell = (result: Either.Either<BusMessage, NoResponders | RequestTimeout | BusError>) => {
-      if (!live) return
-      try {
-        onResult(result)
-      } catch (cause) {
-        // A throwing callback is a bug in its caller; as on the embedded bus, it must not become
-        // an unhandled rejection that ends the process.
-        console.error(`nats bus: the callback of a request to ${subject} threw`, cause)
-      }
+  }
+  const requests = new NatsRequests<Asked>(nc, (asked, outcome) => {
+    const { subject, timeout } = asked
+    switch (outcome._tag) {
+      case "Answer":
+        return tell(asked, Either.right(new NatsMessage(outcome.msg, subject)))
+      case "NoResponders":
+        return tell(asked, Either.left(new NoResponders({ subject })))
+      case "Timeout":
+        return tell(asked, Either.left(new RequestTimeout({ subject, timeout: Duration.decode(timeout) })))
+      case "Closed":
+        return tell(asked, Either.left(new BusError({ reason: "Closed", message: `request to ${subject} failed: the connection closed` })))
     }
-    void asked.then(
-      (msg) => tell(Either.right(new NatsMessage(msg, subject))),
-      (e: unknown) => tell(Either.left(requestFailure(subject, timeout, e)))
-    )
-    return () => void (live = false)
+  })
+  void nc.closed().then(() => requests.close())
+
+  // One callback, no fiber and no promise: see NatsRequests.
+  const unsafeRequest: BusShape["unsafeRequest"] = (subject, data, options, onResult) => {
+    const asked: Asked = { subject, timeout: options?.timeout ?? DEFAULT_REQUEST_TIMEOUT, onResult }
+    try {
+      return requests.send(prefix + subject, toBytes(data), toNatsHeaders(options?.headers), Duration.toMillis(asked.timeout), asked)
+    } catch (cause) {
+      // As an answer would be: never while the caller is still asking.
+      let live = true
+      const failed = busError("Publish", `request to ${subject} failed`)(cause)
+      queueMicrotask(() => live && tell(asked, Either.left(failed)))
+      return () => void (live = false)
+    }
   }
 
   const request: BusShape["request"] = (subject, data, options) =>

@@ -6,9 +6,12 @@ import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as Bus from "../src/Bus.ts"
 import * as Kv from "../src/Kv.ts"
 import * as NatsBus from "../src/NatsBus.ts"
 import { contract } from "./contract.ts"
@@ -76,5 +79,31 @@ describe("nats kv watch", () => {
       const result = yield* Fiber.join(ended).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the watch did not fail within 20 s") }))
       expect(Either.isLeft(result) && result.left.message).toMatch(/watch on bucket .*watched: its consumer is gone/)
       expect(Date.now() - startedAt).toBeLessThan(20_000)
+    }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 40_000)
+})
+
+describe("nats requests", () => {
+  // Requests are answered on one inbox subscription (NatsRequests), with a timer map per timeout.
+  it.scopedLive("answers each request in flight with its own answer, whatever its timeout, and ends those left when the connection closes", () =>
+    Effect.gen(function*() {
+      const { servers } = yield* NatsServer
+      const scope = yield* Scope.make()
+      const bus = yield* Effect.map(Layer.buildWithScope(NatsBus.layer({ servers, namespace: `requests${process.pid}` }), scope), Context.get(Bus.Bus))
+      const arrived = yield* Deferred.make<void>()
+      yield* bus.subscribe("echo", (m) => void Effect.runFork(bus.respond(m, `re:${Bus.text(m)}`)))
+      yield* bus.subscribe("held", () => void Deferred.unsafeDone(arrived, Effect.void))
+      const answers = yield* Effect.forEach(Array.from({ length: 30 }, (_, i) => i), (i) =>
+        Effect.map(bus.request("echo", String(i), { timeout: `${1 + (i % 3)} seconds` }), Bus.text), { concurrency: "unbounded" })
+      expect(answers).toEqual(Array.from({ length: 30 }, (_, i) => `re:${i}`))
+      // A request nobody answers, asked for a minute: the connection's close ends it at once.
+      const ended = yield* Deferred.make<Either.Either<Bus.BusMessage, Bus.NoResponders | Bus.RequestTimeout | Bus.BusError>>()
+      bus.unsafeRequest("held", "?", { timeout: "60 seconds" }, (result) => void Deferred.unsafeDone(ended, Effect.succeed(result)))
+      yield* Deferred.await(arrived).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the request never arrived") }))
+      const startedAt = Date.now()
+      yield* Scope.close(scope, Exit.void)
+      const result = yield* Deferred.await(ended).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the request did not end with its connection") }))
+      expect(Either.isLeft(result) && result.left._tag).toBe("BusError")
+      expect(Either.isLeft(result) && result.left.message).toMatch(/the connection closed/)
+      expect(Date.now() - startedAt).toBeLessThan(10_000)
     }).pipe(Effect.scoped, Effect.provide(NatsServer.layer)), 40_000)
 })
