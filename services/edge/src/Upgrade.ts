@@ -127,7 +127,7 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       if (release === undefined) {
         return refuse(req, socket, 429, `too many connections for user ${claims.sub} (at most ${options.perUser})`)
       }
-      socket.once("close", release)
+      socket.on("close", release)
       accept(req, socket, head, url, route, claims)
     }
 
@@ -147,7 +147,9 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       if (release === undefined) {
         return refuse(req, socket, 429, `too many connections from ${address} (at most ${options.perAddress})`)
       }
-      socket.once("close", release)
+      // `on`, not `once`: a socket closes once, and a release is idempotent; once's wrapper and
+      // its state were two more objects for the socket's whole life, for each slot.
+      socket.on("close", release)
       const token = bearer(req, url)
       if (token === undefined) {
         if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
