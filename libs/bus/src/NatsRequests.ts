@@ -23,7 +23,10 @@ export class NatsRequests<P> {
   private readonly inbox: string
   private subscription: Subscription | undefined
   private next = 0
-  /** Requests in flight by token, one map per timeout (a service uses two or three). */
+  /**
+   * Requests in flight by token, one map per timeout. Timeouts come from settings and constants, so
+   * a service has two or three; a timeout computed per request would make a map each.
+   */
   private readonly byTimeout = new Map<number, TimedMap<string, P>>()
 
   constructor(
