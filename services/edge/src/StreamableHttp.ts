@@ -123,7 +123,7 @@ export const make = (
     }
 
     /** A session's frame, or its exchange's control (`httpOp`), as the envelope carries it. */
-    const frameHeaders = (session: Subjects.ConnId, user: string, extra: Partial<Envelope.Frame>): Envelope.Headers =>
+    const frameHeaders = (session: Subjects.ConnId, user: string, extra: Partial<Pick<Envelope.Frame, "traceparent" | "http" | "httpOp" | "lastEventId">>): Envelope.Headers =>
       Envelope.encodeEdgeIn({
         _tag: "Frame",
         conn: session,
