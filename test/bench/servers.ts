@@ -144,13 +144,8 @@ const relayConnection = async () => {
   return { nc, publish }
 }
 
-/** Built once per connection and kind, and then only reused: FrozenHeaders encodes once. */
-const envelope = (conn: string, op: string) => {
-  const h = new FrozenHeaders()
-  h.set(RelayWire.conn, conn)
-  h.set(RelayWire.op, op)
-  return h
-}
+/** Built once per connection and kind, and then only reused: FrozenHeaders makes its wire form once. */
+const envelope = (conn: string, op: string) => FrozenHeaders.of({ [RelayWire.conn]: conn, [RelayWire.op]: op })!
 
 /** A header of ours (`name: value`, no line breaks) from the raw block, or from nats.js's parse without it. */
 const headerOf = (msg: Msg, name: string): string | undefined => {

@@ -33,12 +33,8 @@ const toNatsHeaders = (h: Headers | undefined): MsgHdrs | undefined => {
   if (h === undefined) return undefined
   const cached = converted.get(h)
   if (cached !== undefined) return cached
-  let out: FrozenHeaders | undefined
-  for (const k in h) {
-    out ??= new FrozenHeaders()
-    out.set(k, h[k]!)
-  }
-  if (out !== undefined) converted.set(h, out.freeze())
+  const out = FrozenHeaders.of(h)
+  if (out !== undefined) converted.set(h, out)
   return out
 }
 
