@@ -16,18 +16,34 @@ export class ConnectionLimit {
    * admitted there).
    */
   take(key: string, force = false): (() => void) | undefined {
+    if (!this.tryTake(key, force)) return undefined
     if (this.max <= 0) return noop
-    const n = this.open.get(key) ?? 0
-    if (n >= this.max && !force) return undefined
-    this.open.set(key, n + 1)
     let held = true
     return () => {
       if (!held) return
       held = false
-      const left = (this.open.get(key) ?? 1) - 1
-      if (left <= 0) this.open.delete(key)
-      else this.open.set(key, left)
+      this.give(key)
     }
+  }
+
+  /**
+   * Takes a slot for `key` without a function to give it back: false when `key` already holds
+   * `max`. For a caller that remembers what it took, and gives it back once, with `give`.
+   */
+  tryTake(key: string, force = false): boolean {
+    if (this.max <= 0) return true
+    const n = this.open.get(key) ?? 0
+    if (n >= this.max && !force) return false
+    this.open.set(key, n + 1)
+    return true
+  }
+
+  /** Gives back a slot `tryTake` took. */
+  give(key: string): void {
+    if (this.max <= 0) return
+    const left = (this.open.get(key) ?? 1) - 1
+    if (left <= 0) this.open.delete(key)
+    else this.open.set(key, left)
   }
 
   /** Slots `key` holds now. */

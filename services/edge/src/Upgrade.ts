@@ -66,6 +66,11 @@ function destroyOnError(this: Duplex) {
   this.destroy()
 }
 
+/** The slots a socket holds, kept on it for the close listener that gives them back. */
+const addressSlot = Symbol("edge.addressSlot")
+const userSlot = Symbol("edge.userSlot")
+type Slotted = Duplex & { [addressSlot]?: string; [userSlot]?: string }
+
 /** A browser's WebSocket cannot set headers, so a socket's token may come in the query too. */
 const bearer = (req: Http.IncomingMessage, url: URL): string | undefined => headerToken(req) ?? url.searchParams.get("token") ?? undefined
 
@@ -76,6 +81,19 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
     const { runFork, logCaught } = options.boundary
     const byAddress = new ConnectionLimit(options.perAddress)
     const byUser = new ConnectionLimit(options.perUser)
+    const counted = options.perAddress > 0 || options.perUser > 0
+
+    /**
+     * Gives back a socket's slots when it closes: one listener for every socket, which reads them
+     * off it. A closure per slot, and the array of close listeners that two more made, stayed for
+     * the socket's whole life (issue 29). A socket closes once.
+     */
+    function releaseSlots(this: Slotted) {
+      const address = this[addressSlot]
+      const user = this[userSlot]
+      if (address !== undefined) byAddress.give(address)
+      if (user !== undefined) byUser.give(user)
+    }
 
     /** An upgrade answered with an HTTP error, in the access log as the upgrades it refuses are. */
     const refuse = (req: Http.IncomingMessage, socket: Duplex, status: number, message: string) => {
@@ -120,18 +138,17 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
      * Takes the user's slot once the token is verified, and upgrades. The peer may have gone while
      * the token was checked: a destroyed socket never emits `close` again, and its slot would stay.
      */
-    const acceptVerified = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
+    const acceptVerified = (req: Http.IncomingMessage, socket: Slotted, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
       if (socket.destroyed) return
       if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
-      const release = byUser.take(claims.sub)
-      if (release === undefined) {
+      if (!byUser.tryTake(claims.sub)) {
         return refuse(req, socket, 429, `too many connections for user ${claims.sub} (at most ${options.perUser})`)
       }
-      socket.on("close", release)
+      if (counted) socket[userSlot] = claims.sub
       accept(req, socket, head, url, route, claims)
     }
 
-    const upgrade = (req: Http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    const upgrade = (req: Http.IncomingMessage, socket: Slotted, head: Buffer) => {
       if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
       const url = targetOf(req)
       if (url === undefined) return refuse(req, socket, 400, "malformed request target")
@@ -143,13 +160,13 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       // The slot is the TCP socket's, from here to its close, whatever happens in between (a
       // refused token, a handshake ws rejects, a socket that lives for days).
       const address = req.socket.remoteAddress ?? "unknown"
-      const release = byAddress.take(address)
-      if (release === undefined) {
+      if (!byAddress.tryTake(address)) {
         return refuse(req, socket, 429, `too many connections from ${address} (at most ${options.perAddress})`)
       }
-      // `on`, not `once`: a socket closes once, and a release is idempotent; once's wrapper and
-      // its state were two more objects for the socket's whole life, for each slot.
-      socket.on("close", release)
+      if (counted) {
+        socket[addressSlot] = address
+        socket.on("close", releaseSlots)
+      }
       const token = bearer(req, url)
       if (token === undefined) {
         if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
