@@ -290,18 +290,22 @@ export class Protocol<M extends Message> implements Codec {
     onExit: (exit: Exit.Exit<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable>) => void
   ): () => void {
     const timeout = options?.timeout === undefined ? DEFAULT_TIMEOUT : Duration.decode(options.timeout)
-    return bus.unsafeRequest(subject, this.encode(request), { headers: this.headers(request._tag, options?.traceparent), timeout }, (result) =>
+    // The callback keeps the tag and the class's exit Schema, not the request: a handshake's
+    // request (an edge's open, with its event and claims) would otherwise live until the answer.
+    const tag = request._tag
+    const exitSchema = exitSchemaOfRequest(request)
+    return bus.unsafeRequest(subject, this.encode(request), { headers: this.headers(tag, options?.traceparent), timeout }, (result) =>
       onExit(
         Either.isLeft(result)
-          ? Exit.fail(peerFailure(result.left, subject, request._tag, timeout))
-          : answerOf(result.right, subject, request)
+          ? Exit.fail(peerFailure(result.left, subject, tag, timeout))
+          : answerOf<Req>(result.right, subject, tag, exitSchema)
       ))
   }
 
   private request<Req extends Ask<M>>(bus: BusShape, subject: string, request: Req, headers: Headers, timeout: Duration.Duration) {
     return bus.request(subject, this.encode(request), { headers, timeout }).pipe(
       Effect.mapError((e) => peerFailure(e, subject, request._tag, timeout)),
-      Effect.flatMap((answer) => answerOf(answer, subject, request))
+      Effect.flatMap((answer) => answerOf<Req>(answer, subject, request._tag, exitSchemaOfRequest(request)))
     )
   }
 
@@ -370,14 +374,15 @@ const peerFailure = (e: NoResponders | RequestTimeout | BusError, to: string, ta
   }
 }
 
-/** The answer to `request` as its exit Schema decodes it; one that does not decode is `Malformed`. */
+/** The answer to a `tag` request as its exit Schema decodes it; one that does not decode is `Malformed`. */
 const answerOf = <Req extends Schema.TaggedRequest.All>(
   answer: BusMessage,
   to: string,
-  request: Req
+  tag: string,
+  exitSchema: ExitSchema
 ): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
-  const exit = exitCodec(exitSchemaOfRequest(request)).decode(text(answer))
-  if (Either.isLeft(exit)) return Exit.fail(new PeerUnavailable({ reason: "Malformed", to, tag: request._tag, cause: exit.left }))
+  const exit = exitCodec(exitSchema).decode(text(answer))
+  if (Either.isLeft(exit)) return Exit.fail(new PeerUnavailable({ reason: "Malformed", to, tag, cause: exit.left }))
   return exit.right as Exit.Exit<Success<Req>, Failure<Req>>
 }
 
