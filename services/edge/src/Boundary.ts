@@ -5,7 +5,9 @@
  */
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as FiberRef from "effect/FiberRef"
 import * as FiberSet from "effect/FiberSet"
+import * as LogLevel from "effect/LogLevel"
 import type * as Scope from "effect/Scope"
 
 export interface Boundary {
@@ -13,6 +15,12 @@ export interface Boundary {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => unknown
   /** Logs an exception caught at a boundary, with what it was about. */
   readonly logCaught: (what: string, cause: unknown, about: Readonly<Record<string, string>>) => void
+  /**
+   * Whether debug lines are logged: a callback builds one only then. A log line from a callback
+   * runs a fiber, and a line per upgrade at info was a third of what each handshake allocated
+   * (issue 29).
+   */
+  readonly debugLogged: boolean
 }
 
 export const make: Effect.Effect<Boundary, never, Scope.Scope> = Effect.gen(function*() {
@@ -25,5 +33,6 @@ export const make: Effect.Effect<Boundary, never, Scope.Scope> = Effect.gen(func
       // Logging after shutdown has nowhere to go.
     }
   }
-  return { runFork, logCaught }
+  const debugLogged = LogLevel.greaterThanEqual(LogLevel.Debug, yield* FiberRef.get(FiberRef.currentMinimumLogLevel))
+  return { runFork, logCaught, debugLogged }
 })

@@ -20,8 +20,7 @@ export interface EdgeSocket {
   readonly path: string
   readonly route: Route
   readonly subject: string
-  /** The envelope of this socket's frames, and its headers, built once. */
-  readonly frame: Envelope.Frame
+  /** The headers of this socket's frames (`frameOf`), built once. */
   readonly frameHeaders: Envelope.Headers
   /** `frameHeaders` marked rate-limited, made the first time the socket goes over its rate. */
   limitedHeaders: Envelope.Headers | undefined
@@ -64,6 +63,18 @@ export const fitCloseReason = (reason: string) => {
   let cut = reason.slice(0, 120)
   while (Buffer.byteLength(cut) > 120) cut = cut.slice(0, -1)
   return `${cut}...`
+}
+
+/**
+ * The envelope of a socket's frames: built for its headers, once, and again only for a frame that
+ * is rate-limited or traced. Not kept: the socket keeps the headers, and the envelope was one more
+ * object for its whole life (issue 29).
+ */
+export const frameOf = (conn: Subjects.ConnId, edge: Subjects.EdgeId, user: string | undefined, limited: boolean, traceparent?: string): Envelope.Frame => {
+  const frame: { -readonly [K in keyof Envelope.Frame]: Envelope.Frame[K] } = { _tag: "Frame", conn, edge, limited }
+  if (user !== undefined) frame.user = user
+  if (traceparent !== undefined) frame.traceparent = traceparent
+  return frame
 }
 
 export const socketLog = (s: EdgeSocket) => ({ conn: s.id, path: s.path, remote: s.remote })

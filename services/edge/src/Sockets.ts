@@ -4,7 +4,7 @@
  * consumers and the close. Plain callbacks on purpose: this runs once per frame, and an Effect per
  * frame would cost more than the relay itself.
  */
-import { Actors, Bus, type Peer, RateBudget, Subjects } from "@switchboard/bus"
+import { Actors, Bus, type Peer, RateBudget, Subjects, TimedMap } from "@switchboard/bus"
 import { type Auth, Edge as EdgeProtocol, Envelope, type Host } from "@switchboard/protocol"
 import { Telemetry } from "@switchboard/telemetry"
 import { type Span, SpanKind } from "@opentelemetry/api"
@@ -19,7 +19,7 @@ import type * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import type { WebSocket } from "ws"
 import type { Boundary } from "./Boundary.ts"
-import { closeSocket as closeWith, type EdgeSocket as Socket, MAX_PENDING_FRAMES, socketLog } from "./EdgeSocket.ts"
+import { closeSocket as closeWith, type EdgeSocket as Socket, frameOf, MAX_PENDING_FRAMES, socketLog } from "./EdgeSocket.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 import type { ToSockets } from "./Outbound.ts"
 import type { Route } from "./Routes.ts"
@@ -79,7 +79,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     const bus = yield* Bus.Bus
     const { tracer } = yield* Telemetry.Tracing
     const { edgeId, metrics, turn, limitOf } = options
-    const { runFork, logCaught } = options.boundary
+    const { runFork, logCaught, debugLogged } = options.boundary
     const grace = Duration.toMillis(options.closeGrace)
     const sockets = new Map<Subjects.ConnId, Socket>()
 
@@ -126,7 +126,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     // --- inbound: frames from sockets to their actor ---------------------------------------
 
     const forward = (s: Socket, data: Buffer, limited: boolean) => {
-      let headers = limited ? (s.limitedHeaders ??= Envelope.encodeEdgeIn({ ...s.frame, limited })) : s.frameHeaders
+      let headers = limited ? (s.limitedHeaders ??= Envelope.encodeEdgeIn(frameOf(s.id, edgeId, s.user, true))) : s.frameHeaders
       let span: Span | undefined
       if (Option.isSome(tracer) && s.route.traceInbound) {
         const started = Telemetry.startSpan(tracer.value, "edge.receive", undefined, {
@@ -134,7 +134,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
           attributes: { "sb.conn": s.id, "sb.edge": edgeId, "sb.path": s.path }
         })
         span = started.span
-        headers = Envelope.encodeEdgeIn({ ...s.frame, limited, traceparent: started.traceparent })
+        headers = Envelope.encodeEdgeIn(frameOf(s.id, edgeId, s.user, limited, started.traceparent))
       }
       const t0 = performance.now()
       try {
@@ -259,6 +259,15 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
 
     /** How long a socket waits for its service; the answer itself is awaited `LATE_ANSWERS` times as long. */
     const openMillis = Duration.toMillis(Duration.decode(options.openTimeout))
+    const answerTimeout = Duration.millis(openMillis * LATE_ANSWERS)
+    /** Sockets waiting for their service: one timer for all, where one per socket outlived the young generation. */
+    const opening = yield* TimedMap.make<Subjects.ConnId, Socket>(openMillis, (_id, s) => {
+      try {
+        if (s.state === "opening") giveUp(s, `${s.route.service} service did not answer`)
+      } catch (cause) {
+        socketFailed(s, "open", cause)
+      }
+    })
 
     /**
      * The socket waits `openTimeout` for its service and is then closed 1013. The answer is still
@@ -268,11 +277,9 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
      * was old-generation garbage of every handshake (issue 29).
      */
     const startSession = (s: Socket, event: EdgeProtocol.OpenEvent) => {
-      const patience = setTimeout(() => {
-        if (s.state === "opening") giveUp(s, `${s.route.service} service did not answer`)
-      }, openMillis)
-      Actors.unsafeRequestOpen(bus, s.route.service, s.id, edgeId, event, openMillis * LATE_ANSWERS, (exit) => {
-        clearTimeout(patience)
+      opening.set(s.id, s)
+      Actors.unsafeRequestOpen(bus, s.route.service, s.id, edgeId, event, answerTimeout, (exit) => {
+        opening.delete(s.id)
         try {
           opened(s, exit)
         } catch (cause) {
@@ -309,7 +316,6 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
 
     const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
       const id = Subjects.ConnId(randomUUID())
-      const frame: Envelope.Frame = { _tag: "Frame", conn: id, edge: edgeId, limited: false, ...(claims === undefined ? {} : { user: claims.sub }) }
       const s: Socket = {
         id,
         ws,
@@ -319,8 +325,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         path: url.pathname,
         route,
         subject: Subjects.conn(route.service, id),
-        frame,
-        frameHeaders: Envelope.encodeEdgeIn(frame),
+        frameHeaders: Envelope.encodeEdgeIn(frameOf(id, edgeId, claims?.sub, false)),
         limitedHeaders: undefined,
         budget: new RateBudget(options.rate, options.burst),
         state: "opening",
@@ -337,7 +342,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         framesOut: 0
       }
       sockets.set(id, s)
-      runFork(Effect.logInfo(`edge: opened ${s.path} with 101`).pipe(Effect.annotateLogs({ ...socketLog(s), user: s.user ?? "-" })))
+      if (debugLogged) runFork(Effect.logDebug(`edge: opened ${s.path} with 101`).pipe(Effect.annotateLogs({ ...socketLog(s), user: s.user ?? "-" })))
       byWs.set(ws, s)
       ws.on("close", onWsClose)
       metrics.opened(s.path)
@@ -346,15 +351,12 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       ws.on("error", onWsError)
       const query: Record<string, string> = {}
       for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
+      // Built field by field: no temporary object per optional field, as a spread makes.
+      const event: { -readonly [K in keyof EdgeProtocol.OpenEvent]: EdgeProtocol.OpenEvent[K] } = { path: url.pathname, query, openedAt: Date.now() }
       const origin = req.headers.origin
-      const event: EdgeProtocol.OpenEvent = {
-        path: url.pathname,
-        query,
-        openedAt: Date.now(),
-        ...(origin === undefined ? {} : { origin }),
-        ...(ws.protocol === "" ? {} : { protocol: ws.protocol }),
-        ...(claims === undefined ? {} : { claims })
-      }
+      if (origin !== undefined) event.origin = origin
+      if (ws.protocol !== "") event.protocol = ws.protocol
+      if (claims !== undefined) event.claims = claims
       startSession(s, event)
     }
 
