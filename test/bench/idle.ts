@@ -51,10 +51,12 @@ const wantedTarget = (name: string) => TARGETS === undefined || TARGETS.includes
 const SNAPSHOTS = process.env["IDLE_HEAP_SNAPSHOTS"]
 /**
  * IDLE_ALLOCATIONS=<dir>: each inspected process also writes a sampling allocation profile of the
- * measured sockets' handshakes there (`<target>-<path>-<process>-promoted|live.heapprofile`):
- * `promoted` keeps the samples of objects that a full GC collected (they outlived the young
- * generation, and left holes in old space), `live` only those still alive, from a second run of
- * the path. Their difference by stack is what a handshake promotes and then drops.
+ * measured sockets' handshakes there (`<target>-<path>-<process>-<kind>.heapprofile`), of the kind
+ * IDLE_ALLOCATIONS_KIND names: `promoted` (the default) keeps the samples of objects that a full
+ * GC collected, `live` only those still alive, `all` every allocation. A full GC also collects
+ * the young generation's garbage, so `promoted` less `live` is what outlived a scavenge and young
+ * garbage that a full GC happened to find; `all` says what a handshake allocates in all, which sets
+ * how often scavenges come, and so how much of what lives for a handshake's round trips is promoted.
  */
 const ALLOCATIONS = process.env["IDLE_ALLOCATIONS"]
 /**
@@ -404,11 +406,12 @@ const snapshots = async (deployment: Deployment, handshake: Handshake, when: str
 /** With IDLE_ALLOCATIONS, starts or stops (and writes) every inspected process's sampling allocation profile. */
 const sampling = async (deployment: Deployment, op: "start" | "stop", handshake?: Handshake) => {
   if (ALLOCATIONS === undefined) return
-  const kind = process.env["IDLE_ALLOCATIONS_KIND"] === "live" ? "live" : "promoted"
+  const wanted = process.env["IDLE_ALLOCATIONS_KIND"]
+  const kind = wanted === "live" || wanted === "all" ? wanted : "promoted"
   for (const { process: p, inspector } of deployment.subjects) {
     if (inspector === undefined) continue
     if (op === "start") {
-      await inspector.call("HeapProfiler.startSampling", { samplingInterval: 8192, includeObjectsCollectedByMajorGC: kind === "promoted" })
+      await inspector.call("HeapProfiler.startSampling", { samplingInterval: 8192, includeObjectsCollectedByMajorGC: kind !== "live", includeObjectsCollectedByMinorGC: kind === "all" })
       continue
     }
     const { profile } = await inspector.call("HeapProfiler.stopSampling")
