@@ -69,6 +69,6 @@ export const modernFetch = async (base: string, body: Record<string, unknown>, o
   return { status: res.status, headers: res.headers, text, json: () => lastMessage(contentType, text) }
 }
 
-/** {@link modernFetch} as an Effect that dies on a network failure, which no test expects. */
+/** {@link modernFetch} as an Effect that dies on a network failure, which no test expects; interrupted, it aborts the request. */
 export const modernPost = (base: string, body: Record<string, unknown>, options: ModernRequestOptions = {}) =>
-  Effect.promise(() => modernFetch(base, body, options))
+  Effect.promise((signal) => modernFetch(base, body, { ...options, signal: options.signal ?? signal }))
