@@ -375,12 +375,7 @@ const peerFailure = (e: NoResponders | RequestTimeout | BusError, to: string, ta
 }
 
 /** The answer to a `tag` request as its exit Schema decodes it; one that does not decode is `Malformed`. */
-const answerOf = <Req extends Schema.TaggedRequest.All>(
-  answer: BusMessage,
-  to: string,
-  tag: string,
-  exitSchema: ExitSchema
-): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
+const answerOf = <Req extends Schema.TaggedRequest.All>(answer: BusMessage, to: string, tag: string, exitSchema: ExitSchema): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
   const exit = exitCodec(exitSchema).decode(text(answer))
   if (Either.isLeft(exit)) return Exit.fail(new PeerUnavailable({ reason: "Malformed", to, tag, cause: exit.left }))
   return exit.right as Exit.Exit<Success<Req>, Failure<Req>>
