@@ -6,7 +6,7 @@
  * to nats.js's public behaviour when the shape is missing.
  */
 import { TE } from "@nats-io/nats-core/internal"
-import { type Msg, MsgHdrsImpl, type NatsConnection } from "@nats-io/transport-node"
+import { canonicalMIMEHeaderKey, type Msg, MsgHdrsImpl, type NatsConnection } from "@nats-io/transport-node"
 import { Socket } from "node:net"
 
 /**
@@ -17,10 +17,6 @@ import { Socket } from "node:net"
 export const installPooledEncoder = () => {
   if (TE instanceof TextEncoder) TE.encode = (input = "") => Buffer.from(input)
 }
-
-/** A header name as nats.js takes one: printable ASCII, no colon. */
-const HEADER_NAME = /^[!-9;-~]+$/
-const LINE_BREAK = /[\r\n]/
 
 /**
  * Headers that never change once built, so their wire form is made once, not per publish: hot
@@ -35,11 +31,10 @@ export class FrozenHeaders extends MsgHdrsImpl {
   static of(record: Readonly<Record<string, string>>): FrozenHeaders | undefined {
     const lines = ["NATS/1.0"]
     for (const name in record) {
-      const value = record[name]!
-      // As nats.js's `append` refuses them: a name or value that would break the header block.
-      if (!HEADER_NAME.test(name)) throw new Error(`invalid header name ${JSON.stringify(name)}`)
-      if (LINE_BREAK.test(value)) throw new Error(`header ${name}: values cannot contain \\r or \\n`)
-      lines.push(`${name}: ${value.trim()}`)
+      // nats.js's own checks, as its `append` makes them: a name or value that would break the
+      // header block throws; a value is trimmed.
+      canonicalMIMEHeaderKey(name)
+      lines.push(`${name}: ${MsgHdrsImpl.validHeaderValue(record[name]!)}`)
     }
     if (lines.length === 1) return undefined
     // Joined, with the blank line that ends the block, so that the text is one flat string and
