@@ -8,15 +8,17 @@
 import * as Effect from "effect/Effect"
 import * as Scope from "effect/Scope"
 
-/** Acquires, and releases when the scope closes, under the closing fiber's refs. */
-export const acquireRelease = <A, E, R>(
-  acquire: Effect.Effect<A, E, R>,
-  release: (a: A) => Effect.Effect<unknown>
-): Effect.Effect<A, E, R | Scope.Scope> =>
-  // addFinalizerExit hands the function to the scope as it is: what stays is one closure, and the release's Effect is built
-  // only when the scope closes.
-  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizerExit(scope, () => release(a)))))
+/**
+ * The finalizer that releases `a`: one closure whose context holds these two and nothing of its
+ * caller's (a closure made inside `acquireRelease` also kept the scope and the acquiring Effect,
+ * three contexts a resource: issue 29). Its Effect is built only when the scope closes.
+ */
+const releasing = <A>(release: (a: A) => void, a: A): Scope.Scope.Finalizer => () => Effect.sync(() => release(a))
+const call = (f: () => void) => f()
 
-/** The same, for a release that is a plain function. */
+/** Acquires, and releases with a plain function when the scope closes. */
 export const acquireReleaseSync = <A, E, R>(acquire: Effect.Effect<A, E, R>, release: (a: A) => void): Effect.Effect<A, E, R | Scope.Scope> =>
-  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizerExit(scope, () => Effect.sync(() => release(a))))))
+  Effect.uninterruptible(Effect.flatMap(Scope.Scope, (scope) => Effect.tap(acquire, (a) => Scope.addFinalizerExit(scope, releasing(release, a)))))
+
+/** Calls `release` when `scope` closes: one closure stays, where `Scope.addFinalizer` with an `Effect.sync` keeps three objects. */
+export const onClose = (scope: Scope.Scope, release: () => void): Effect.Effect<void> => Scope.addFinalizerExit(scope, releasing(call, release))

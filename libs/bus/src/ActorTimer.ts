@@ -6,7 +6,8 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
+import { acquireReleaseSync } from "./ActorResource.ts"
 
 export interface ActorTimer {
   /** Stops it; harmless once it fired or the scope closed. */
@@ -26,13 +27,9 @@ class NodeTimer implements ActorTimer {
   }
 }
 
+const cancel = (timer: NodeTimer) => timer.cancel()
 const scoped = (start: () => ReturnType<typeof setTimeout>): Effect.Effect<ActorTimer, never, Scope.Scope> =>
-  Effect.flatMap(Scope.Scope, (scope) =>
-    Effect.uninterruptible(Effect.suspend(() => {
-      const timer = new NodeTimer(start())
-      // The finalizer builds its Effect only when the scope closes.
-      return Effect.as(Scope.addFinalizerExit(scope, () => Effect.sync(() => timer.cancel())), timer)
-    })))
+  acquireReleaseSync(Effect.sync(() => new NodeTimer(start())), cancel)
 
 /**
  * Runs `f` once, `delay` from now, unless cancelled or the scope closed first. `f` runs outside

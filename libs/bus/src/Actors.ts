@@ -18,7 +18,6 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as FiberSet from "effect/FiberSet"
-import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
@@ -166,10 +165,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
     }
 
     /** A hand-off's adopter: the state the actor had in memory, and the answer the old owner waits for. */
-    interface Adoption {
-      readonly state: S | undefined
-      readonly claim: Effect.Effect<boolean>
-    }
+    type Adoption = { readonly state: S | undefined; readonly claim: Effect.Effect<boolean> }
 
     /** An actor's handle on its connection; built out here, so that its closures hold only these. */
     const connectionOf = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent, http: boolean): Connection => ({
@@ -210,23 +206,26 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
       }
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
       return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
-        // A queue group of one, but for a hand-off, when the old and the new owner share it.
-        // Bound rather than a closure here, which would keep this function's variables alive.
-        const subscription = yield* Scope.extend(bus.subscribe(subject, mailbox.offer.bind(mailbox), { queue }), scope)
-        // The old owner leaves once this returns: the server must know the new member by then.
-        if (adoption !== undefined) yield* bus.flush
-        const made = yield* Effect.exit(Scope.extend(options.make(connectionOf(connId, edgeId, event, http), restored, adoption?.state), scope))
+        // In the actor's scope at once: each Scope.extend copies the fiber's refs twice.
+        const [subscription, made] = yield* Scope.extend(
+          Effect.gen(function*() {
+            // A queue group of one, but for a hand-off, when the old and the new owner share it.
+            // Bound rather than a closure here, which would keep this function's variables alive.
+            const subscription = yield* bus.subscribe(subject, mailbox.offer.bind(mailbox), { queue })
+            // The old owner leaves once this returns: the server must know the new member by then.
+            if (adoption !== undefined) yield* bus.flush
+            return [subscription, yield* Effect.exit(options.make(connectionOf(connId, edgeId, event, http), restored, adoption?.state))] as const
+          }),
+          scope
+        )
         const claimed = Exit.isSuccess(made) && adoption !== undefined ? yield* adoption.claim : true
         if (Exit.isFailure(made) || !claimed) {
-          const refusal = Exit.isFailure(made)
-            ? Exit.causeOption(made).pipe(Option.flatMap((cause) => (cause._tag === "Fail" ? Option.some(cause.error) : Option.none())))
-            : Option.some(new Refuse(Edge.CloseCode.InternalError, "another replica owns the connection"))
-          yield* answer(
-            Option.match(refusal, {
-              onNone: () => new Host.OpenRefused({ code: Edge.CloseCode.InternalError, reason: "could not start the session" }),
-              onSome: (r) => new Host.OpenRefused({ code: r.code, reason: r.reason })
-            })
-          )
+          const refusal = Exit.isSuccess(made)
+            ? new Refuse(Edge.CloseCode.InternalError, "another replica owns the connection")
+            : made.cause._tag === "Fail"
+            ? made.cause.error
+            : new Refuse(Edge.CloseCode.InternalError, "could not start the session")
+          yield* answer(new Host.OpenRefused({ code: refusal.code, reason: refusal.reason }))
           yield* Scope.close(scope, Exit.void)
           return false
         }

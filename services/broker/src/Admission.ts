@@ -4,7 +4,7 @@
  * topic has a sequencer before its join is published, its membership is in KV, and an older
  * socket of the same participant is closed: the last one wins.
  */
-import { Actors, Subjects } from "@switchboard/bus"
+import { ActorResource, Actors, Subjects } from "@switchboard/bus"
 import { type Auth, Edge, Mcpx } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -47,18 +47,20 @@ export const make = (replica: Replica, sequencers: Sequencers) => {
   const { config, link, localTopics, members } = replica
   const room: Room = { config, history: replica.history, members, tracer: replica.tracer, toTopic: replica.toTopic }
 
-  /** While a participant's actor lives here, the stale-broker sweep keeps its topic sequenced. */
+  /**
+   * While a participant's actor lives here, the stale-broker sweep keeps its topic sequenced.
+   * `onClose`, not `Effect.addFinalizer`, which keeps the fiber's refs (a Map of about 1 KB) per actor.
+   */
+  const leave = (topic: string) => () => {
+    const n = (localTopics.get(topic) ?? 1) - 1
+    if (n > 0) localTopics.set(topic, n)
+    else localTopics.delete(topic)
+  }
   const countLocal = (topic: string) =>
-    Effect.zipRight(
-      Effect.sync(() => localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)),
-      Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          const n = (localTopics.get(topic) ?? 1) - 1
-          if (n > 0) localTopics.set(topic, n)
-          else localTopics.delete(topic)
-        })
-      )
-    )
+    Effect.flatMap(Effect.scope, (scope) => {
+      localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)
+      return ActorResource.onClose(scope, leave(topic))
+    })
 
   return (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {

@@ -5,7 +5,7 @@
  * `tools/call`s are `ToolCall.ts`'s; a tab's answer comes back through the tab's actor, told as
  * `Registry.FromTab`.
  */
-import { Actors, type ActorTimer } from "@switchboard/bus"
+import { ActorResource, Actors, type ActorTimer } from "@switchboard/bus"
 import { Edge, JsonRpc, Registry } from "@switchboard/protocol"
 import { sameJson } from "@switchboard/protocol/Json"
 import { failure, notification, result } from "@switchboard/protocol/JsonRpc"
@@ -305,7 +305,7 @@ export const make = (replica: Replica.Replica) => (conn: Actors.Connection, rest
           new Actors.Refuse(CloseCode.PolicyViolation, `too many Streamable HTTP sessions for this user (at most ${config.maxHttpSessionsPerUser}); DELETE one or let it expire`)
         )
       }
-      yield* Effect.addFinalizer(() => Effect.sync(release))
+      yield* ActorResource.onClose(scope, release)
     }
     const transport = http ? yield* HubTransport.http(conn, link, config.http, handedOver?.stream) : HubTransport.webSocket(conn)
     const session = new Session(replica, conn, transport, scope, user)

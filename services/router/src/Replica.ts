@@ -5,7 +5,7 @@
  * needs from it.
  */
 import { AuthClient } from "@switchboard/auth"
-import { Actors, ActorTimer, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects } from "@switchboard/bus"
+import { ActorResource, Actors, ActorTimer, Bus, ConnectionLimit, Kv, Peer, RateBudget, Subjects } from "@switchboard/bus"
 import { Proxy } from "@switchboard/protocol"
 import { Instruments, Metrics, Telemetry } from "@switchboard/telemetry"
 import * as Duration from "effect/Duration"
@@ -113,7 +113,7 @@ export const make = Effect.gen(function*() {
      */
     track: (conn: Subjects.ConnId, scope: Scope.Scope, check: () => Effect.Effect<ProbeOutcome>, first: boolean): Effect.Effect<void> => {
       probes.set(conn, check)
-      return first ? Scope.addFinalizer(scope, Effect.sync(() => void probes.delete(conn))) : Effect.void
+      return first ? ActorResource.onClose(scope, () => void probes.delete(conn)) : Effect.void
     },
     userBudget: (user: string) => {
       let b = userBudgets.get(user)
@@ -127,7 +127,7 @@ export const make = Effect.gen(function*() {
     seat: (seats: ConnectionLimit, user: string, scope: Scope.Scope, force = false) =>
       Effect.suspend(() => {
         const release = seats.take(user, force)
-        return release === undefined ? Effect.succeed(false) : Effect.as(Scope.addFinalizer(scope, Effect.sync(release)), true)
+        return release === undefined ? Effect.succeed(false) : Effect.as(ActorResource.onClose(scope, release), true)
       }),
     /** The status keepalive, for as long as the connection's scope lives (a timer, not a fiber: issue 16). */
     keepalive: (scope: Scope.Scope, send: () => void) => Scope.extend(ActorTimer.every(config.statusInterval, send), scope)
