@@ -24,7 +24,7 @@ import { randomUUID } from "node:crypto"
 import { Bus, type BusMessage } from "./Bus.ts"
 import { closeSocket, edgeIdOf, endActor, type Frame, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
-import { type HostContext, HostedActor, HostedActors } from "./HostedActor.ts"
+import { annotated, type HostContext, HostedActor, HostedActors } from "./HostedActor.ts"
 import { Kv, typed } from "./Kv.ts"
 import * as Liveness from "./Liveness.ts"
 import { Mailbox } from "./Mailbox.ts"
@@ -181,9 +181,9 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
     })
 
     /**
-     * Runs one connection's actor: subscribe, build, then record it (`HostedActor`) and start its
-     * mailbox. `answer` tells the edge (on open), or the replica handing it over, whether the actor
-     * took the connection. This fiber ends once the mailbox runs.
+     * Runs one connection's actor in a fiber of its own: subscribe, build, then record it
+     * (`HostedActor`) and start its mailbox. `answer` tells the edge (on open), or the replica
+     * handing it over, whether the actor took the connection. The fiber ends once the mailbox runs.
      */
     const run = (
       connId: Subjects.ConnId,
@@ -205,7 +205,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
         started = true
       }
       // The actor's scope: what it opens (subscriptions, timers, views) ends with the connection.
-      return Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
+      return runFork(Effect.flatMap(Scope.make(), (scope) => Effect.gen(function*() {
         // In the actor's scope at once: each Scope.extend copies the fiber's refs twice.
         const [subscription, made] = yield* Scope.extend(
           Effect.gen(function*() {
@@ -257,9 +257,8 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
             : Effect.zipRight(Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit), Effect.sync(() => actors.forget(connId, mailbox)))
         ),
         Effect.ensuring(Effect.sync(ready)),
-        Effect.annotateLogs({ service: options.service, conn: connId }),
         Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
-      ))
+      )), annotated(options.service, connId))
     }
 
     const record = (connId: Subjects.ConnId, edgeId: Subjects.EdgeId, event: Edge.OpenEvent) =>
@@ -277,10 +276,8 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
           const edge = edgeIdOf(request.edge)
           // Ownership is recorded before the edge hears "ok", so a replica that dies right after
           // still leaves a record to adopt.
-          runFork(
-            run(id, edge, request.event, false, (refused) =>
-              refused === undefined ? Effect.zipRight(record(id, edge, request.event), reply.succeed(undefined)) : reply.fail(refused))
-          )
+          run(id, edge, request.event, false, (refused) =>
+            refused === undefined ? Effect.zipRight(record(id, edge, request.event), reply.succeed(undefined)) : reply.fail(refused))
         },
         { queue }
       ),
@@ -307,13 +304,11 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
             )
           }
           const claim = connections.claim(conn, from, replica)
-          runFork(
-            run(Subjects.ConnId(conn), edgeIdOf(edge), open, true, (refused) => {
-              if (refused !== undefined) return reply.fail(new Host.AdoptRefused({ reason: refused.reason }))
-              counts.adopted++
-              return reply.succeed(replica)
-            }, { state: state.right, claim })
-          )
+          run(Subjects.ConnId(conn), edgeIdOf(edge), open, true, (refused) => {
+            if (refused !== undefined) return reply.fail(new Host.AdoptRefused({ reason: refused.reason }))
+            counts.adopted++
+            return reply.succeed(replica)
+          }, { state: state.right, claim })
         },
         { queue }
       ),
@@ -349,7 +344,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
       socketsByEdge: () => actors.socketsByEdge(),
       adopted: (connId, found, answer) => {
         meter.adopted()
-        runFork(run(connId, edgeIdOf(found.edge), found.open, true, answer))
+        run(connId, edgeIdOf(found.edge), found.open, true, answer)
       }
     })
 

@@ -10,6 +10,10 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
+import * as FiberRef from "effect/FiberRef"
+import * as FiberRefs from "effect/FiberRefs"
+import * as HashMap from "effect/HashMap"
+import type * as Runtime from "effect/Runtime"
 import * as Scope from "effect/Scope"
 import type { BusMessage, Subscription } from "./Bus.ts"
 import { closedOf, type Frame, IncomingFrame, markerOf } from "./EdgeLink.ts"
@@ -29,13 +33,25 @@ export interface ActorBehaviour<R, M> {
 /** What every record of one host shares: the host's own pieces, held once rather than per actor. */
 export interface HostContext<R, M> {
   readonly service: Subjects.ServiceName
-  readonly runFork: (effect: Effect.Effect<void, never, R>) => Fiber.RuntimeFiber<void, never>
+  readonly runFork: (effect: Effect.Effect<void, never, R>, options?: Runtime.RunForkOptions) => Fiber.RuntimeFiber<void, never>
   readonly actors: HostedActors<R, M>
   /** The actor closed: its ownership record in KV goes, so that nobody adopts it. */
   readonly removeRecord: (conn: Subjects.ConnId) => Effect.Effect<void>
   /** The actor's in-memory state as the service's hand-off Schema encodes it. */
   readonly encodeState: (state: unknown) => Effect.Effect<unknown, HandoffFailed>
 }
+
+/**
+ * Forks a connection's fiber with its log annotations in place. `Effect.annotateLogs` around an
+ * actor's open cost about 11 KB of allocations per connection (a copy of the fiber's refs as it
+ * sets them and another as it restores them, and the acquire-use-release between: issue 29).
+ */
+export const annotated = (service: string, conn: string): Runtime.RunForkOptions => ({
+  updateRefs: (refs, fiberId) => {
+    const about = HashMap.set(HashMap.set(FiberRefs.getOrDefault(refs, FiberRef.currentLogAnnotations), "service", service), "conn", conn)
+    return FiberRefs.updateAs(refs, { fiberId, fiberRef: FiberRef.currentLogAnnotations, value: about })
+  }
+})
 
 /**
  * One hosted connection, from the moment its actor is made until it is forgotten. While its
@@ -113,7 +129,7 @@ export class HostedActor<R, M> implements Handover<R> {
     if (this.ending) return
     this.ending = true
     if (this.done !== undefined) Deferred.unsafeDone(this.done, Exit.void)
-    this.host.runFork(this.close(why))
+    this.host.runFork(this.close(why), annotated(this.host.service, this.conn))
   }
   private close(why: readonly [number, string] | "handed-over") {
     const { actor, conn, host } = this
@@ -126,7 +142,6 @@ export class HostedActor<R, M> implements Handover<R> {
     }).pipe(
       Effect.onExit((exit) => Scope.close(this.scope, exit)),
       Effect.ensuring(Effect.sync(() => host.actors.forget(conn, this.mailbox))),
-      Effect.annotateLogs({ service: host.service, conn }),
       Effect.catchAllCause((cause) => Effect.logError("actor failed", cause))
     )
   }

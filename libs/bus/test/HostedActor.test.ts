@@ -6,8 +6,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as FiberSet from "effect/FiberSet"
-import { type HostedRecord, HostedActors } from "../src/HostedActor.ts"
+import { annotated, type HostedRecord, HostedActors } from "../src/HostedActor.ts"
 import { Mailbox } from "../src/Mailbox.ts"
 import * as Subjects from "../src/Subjects.ts"
 
@@ -98,5 +99,14 @@ describe("the host's records of its connections", () => {
       // One still being adopted (waiting for what the old owner forwards) is not stopped as running.
       expect(conns(actors.running())).toEqual(["one", "session", "two"])
       expect(conns(actors.owned())).toEqual(["one", "session", "three", "two"])
+    }))
+
+  it.scoped("forks a connection's fiber with its service and connection in the log annotations, on top of those it inherits", () =>
+    Effect.gen(function*() {
+      const forked = (service: string, conn: string) =>
+        Effect.flatMap(FiberSet.makeRuntime<never>(), (runFork) => Fiber.join(runFork(Effect.logAnnotations, annotated(service, conn))))
+      expect(Object.fromEntries(yield* forked("router", "conn-1"))).toEqual({ service: "router", conn: "conn-1" })
+      const inherited = yield* forked("broker", "c2").pipe(Effect.annotateLogs({ outer: "kept" }))
+      expect(Object.fromEntries(inherited)).toEqual({ outer: "kept", service: "broker", conn: "c2" })
     }))
 })
