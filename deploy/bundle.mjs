@@ -5,8 +5,9 @@
 // what it measures the same way, naming the entry; the tests bundle every service in one call.
 // Usage: node deploy/bundle.mjs [entry outfile]...   (paths relative to the working directory)
 import { build } from "esbuild"
-import { existsSync } from "node:fs"
+import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, relative, resolve, sep } from "node:path"
+import { keepMappings, ownSource } from "./sourceMaps.mjs"
 
 const args = process.argv.slice(2)
 if (args.length % 2 !== 0) {
@@ -36,3 +37,8 @@ await build({
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
   logLevel: "warning"
 })
+// Only the project's own code keeps its mappings (see sourceMaps.mjs).
+for (const outfile of outfiles) {
+  const map = `${outfile}.map`
+  writeFileSync(map, JSON.stringify(keepMappings(JSON.parse(readFileSync(map, "utf8")), ownSource)))
+}
