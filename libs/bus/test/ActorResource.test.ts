@@ -1,4 +1,4 @@
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, it, vi } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
@@ -28,19 +28,27 @@ describe("ActorResource", () => {
       expect(log).toEqual(["closed"])
     }))
 
-  it.live("stops an actor's timers with its scope: a deadline never fires, an interval stops", () =>
-    Effect.gen(function*() {
+  it("fires a deadline once at its time, and stops an actor's timers with its scope", () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] })
+    try {
       let fired = 0
       let beats = 0
-      const scope = yield* Scope.make()
-      yield* Scope.extend(ActorTimer.after("20 millis", () => fired++), scope)
-      yield* Scope.extend(ActorTimer.every("5 millis", () => beats++), scope)
-      yield* Effect.sleep("12 millis")
-      yield* Scope.close(scope, Exit.void)
-      const seen = beats
-      expect(seen).toBeGreaterThan(0)
-      yield* Effect.sleep("40 millis")
+      let kept = 0
+      const scope = Effect.runSync(Scope.make())
+      const other = Effect.runSync(Scope.make())
+      Effect.runSync(Scope.extend(ActorTimer.after("20 millis", () => fired++), scope))
+      Effect.runSync(Scope.extend(ActorTimer.every("5 millis", () => beats++), scope))
+      Effect.runSync(Scope.extend(ActorTimer.after("20 millis", () => kept++), other))
+      vi.advanceTimersByTime(12)
+      expect(beats).toBe(2)
+      Effect.runSync(Scope.close(scope, Exit.void))
+      vi.advanceTimersByTime(40)
       expect(fired).toBe(0)
-      expect(beats).toBe(seen)
-    }))
+      expect(beats).toBe(2)
+      expect(kept).toBe(1)
+      Effect.runSync(Scope.close(other, Exit.void))
+    } finally {
+      vi.useRealTimers()
+    }
+  })
 })

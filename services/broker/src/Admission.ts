@@ -49,18 +49,16 @@ export const make = (replica: Replica, sequencers: Sequencers) => {
 
   /**
    * While a participant's actor lives here, the stale-broker sweep keeps its topic sequenced.
-   * `onClose`, not `Effect.addFinalizer`, which keeps the fiber's refs (a Map of about 1 KB) per actor.
+   * A resource of the actor's scope, not `Effect.addFinalizer`, which keeps the fiber's refs (a
+   * Map of about 1 KB) per actor.
    */
-  const leave = (topic: string) => () => {
+  const leave = (topic: string) => {
     const n = (localTopics.get(topic) ?? 1) - 1
     if (n > 0) localTopics.set(topic, n)
     else localTopics.delete(topic)
   }
   const countLocal = (topic: string) =>
-    Effect.flatMap(Effect.scope, (scope) => {
-      localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)
-      return ActorResource.onClose(scope, leave(topic))
-    })
+    ActorResource.acquireReleaseSync(Effect.sync(() => void localTopics.set(topic, (localTopics.get(topic) ?? 0) + 1)).pipe(Effect.as(topic)), leave)
 
   return (conn: Actors.Connection, restored: boolean) =>
     Effect.gen(function*() {
