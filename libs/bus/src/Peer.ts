@@ -21,6 +21,7 @@ import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { Bus, type BusError, type BusMessage, type BusShape, type Headers, type NoResponders, type RequestTimeout, type Subscription, text, toBytes } from "./Bus.ts"
+import * as PeerExit from "./PeerExit.ts"
 import * as Subjects from "./Subjects.ts"
 
 /** An ask got no answer in time: the actor is busy, gone without a word, or never answers. */
@@ -138,32 +139,12 @@ class LocalPeerMessage implements BusMessage {
 
 const emptyBody = new Uint8Array(0)
 
-/** Exit encoders by exit Schema (effect caches one exit Schema per request class). */
-type ExitSchema = Schema.Schema<unknown, unknown>
-const exitCodecs = new WeakMap<ExitSchema, {
-  readonly encode: (exit: unknown) => Either.Either<string, ParseResult.ParseError>
-  readonly decode: (text: string) => Either.Either<unknown, ParseResult.ParseError>
-}>()
-const exitCodec = (schema: ExitSchema) => {
-  let codec = exitCodecs.get(schema)
-  if (codec === undefined) {
-    const json = Schema.parseJson(schema)
-    exitCodecs.set(schema, (codec = { encode: Schema.encodeUnknownEither(json), decode: Schema.decodeUnknownEither(json) }))
-  }
-  return codec
-}
-const exitSchemaOf = (cls: { readonly success: Schema.Schema.AnyNoContext; readonly failure: Schema.Schema.AnyNoContext }): ExitSchema =>
-  Schema.Exit({ success: cls.success, failure: cls.failure, defect: Schema.Defect }) as unknown as ExitSchema
-/** The exit Schema of a request instance (effect caches it per class); our protocols' Schemas need no context. */
-const exitSchemaOfRequest = (request: Schema.TaggedRequest.All): ExitSchema =>
-  Schema.exitSchema(request as unknown as Schema.WithResult.Any) as unknown as ExitSchema
-
 /** A reply that travels back over the bus to `subject`, encoded with the request's exit Schema. */
-const remoteReply = <Req extends Schema.TaggedRequest.All>(bus: BusShape, subject: string, exitSchema: ExitSchema): Reply<Req> => {
+const remoteReply = <Req extends Schema.TaggedRequest.All>(bus: BusShape, subject: string, codec: PeerExit.ExitCodec): Reply<Req> => {
   const to: BusMessage = { subject, data: emptyBody, reply: subject, header: () => undefined }
   const complete = (exit: Exit.Exit<Success<Req>, Failure<Req>>) =>
     Effect.suspend(() => {
-      const body = exitCodec(exitSchema).encode(exit)
+      const body = codec.encode(exit)
       // A value its own Schema cannot encode is a bug of the receiver; the asker still hears of it.
       if (Either.isLeft(body)) {
         return Effect.zipRight(
@@ -209,12 +190,12 @@ export class Protocol<M extends Message> implements Codec {
   /** Header records per tag, the same record every time: adapters may cache what they derive from it. */
   private readonly untraced = new Map<string, Headers>()
 
-  constructor(members: ReadonlyArray<Member>) {
+  constructor(members: ReadonlyArray<Member>, encoders?: Encoders<M>) {
     for (const member of members) {
       const tag = tagOf(member)
       if (tag === undefined) throw new Error("a peer protocol's members are tagged classes, tagged requests or tagged structs")
       this.members.set(tag, {
-        encode: Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
+        encode: (encoders as Record<string, (value: M) => string> | undefined)?.[tag] ?? Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
         decode: Schema.decodeUnknownEither(member) as (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
       })
       this.untraced.set(tag, Envelope.encodeEdgeIn({ _tag: "Peer", kind: tag }))
@@ -290,22 +271,22 @@ export class Protocol<M extends Message> implements Codec {
     onExit: (exit: Exit.Exit<Success<Req>, Failure<Req> | PeerTimeout | PeerUnavailable>) => void
   ): () => void {
     const timeout = options?.timeout === undefined ? DEFAULT_TIMEOUT : Duration.decode(options.timeout)
-    // The callback keeps the tag and the class's exit Schema, not the request: a handshake's
+    // The callback keeps the tag and the class's exit codec, not the request: a handshake's
     // request (an edge's open, with its event and claims) would otherwise live until the answer.
     const tag = request._tag
-    const exitSchema = exitSchemaOfRequest(request)
+    const codec = PeerExit.ofRequest(request)
     return bus.unsafeRequest(subject, this.encode(request), { headers: this.headers(tag, options?.traceparent), timeout }, (result) =>
       onExit(
         Either.isLeft(result)
           ? Exit.fail(peerFailure(result.left, subject, tag, timeout))
-          : answerOf<Req>(result.right, subject, tag, exitSchema)
+          : answerOf<Req>(result.right, subject, tag, codec)
       ))
   }
 
   private request<Req extends Ask<M>>(bus: BusShape, subject: string, request: Req, headers: Headers, timeout: Duration.Duration) {
     return bus.request(subject, this.encode(request), { headers, timeout }).pipe(
       Effect.mapError((e) => peerFailure(e, subject, request._tag, timeout)),
-      Effect.flatMap((answer) => answerOf<Req>(answer, subject, request._tag, exitSchemaOfRequest(request)))
+      Effect.flatMap((answer) => answerOf<Req>(answer, subject, request._tag, PeerExit.ofRequest(request)))
     )
   }
 
@@ -327,7 +308,7 @@ export class Protocol<M extends Message> implements Codec {
     request: { readonly success: Schema.Schema.AnyNoContext; readonly failure: Schema.Schema.AnyNoContext; new(...args: never): Req },
     subject: string
   ): Reply<Req> {
-    return remoteReply<Req>(bus, subject, exitSchemaOf(request))
+    return remoteReply<Req>(bus, subject, PeerExit.ofClass(request))
   }
 
   /**
@@ -375,23 +356,29 @@ const peerFailure = (e: NoResponders | RequestTimeout | BusError, to: string, ta
 }
 
 /** The answer to a `tag` request as its exit Schema decodes it; one that does not decode is `Malformed`. */
-const answerOf = <Req extends Schema.TaggedRequest.All>(answer: BusMessage, to: string, tag: string, exitSchema: ExitSchema): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
-  const exit = exitCodec(exitSchema).decode(text(answer))
+const answerOf = <Req extends Schema.TaggedRequest.All>(answer: BusMessage, to: string, tag: string, codec: PeerExit.ExitCodec): Exit.Exit<Success<Req>, Failure<Req> | PeerUnavailable> => {
+  const exit = codec.decode(text(answer))
   if (Either.isLeft(exit)) return Exit.fail(new PeerUnavailable({ reason: "Malformed", to, tag, cause: exit.left }))
   return exit.right as Exit.Exit<Success<Req>, Failure<Req>>
 }
 
 const replyOver = (bus: BusShape, subject: string | undefined): ReplyTo =>
-  subject === undefined ? noReply : (request) => remoteReply(bus, subject, exitSchemaOfRequest(request))
+  subject === undefined ? noReply : (request) => remoteReply(bus, subject, PeerExit.ofRequest(request))
+
+/**
+ * Hand-written encoders of a protocol's hottest members, by tag, in place of their Schemas' (an
+ * edge's `Open`, sent per socket): each must write what its Schema writes, tested against it.
+ */
+export type Encoders<M extends Message> = { readonly [K in M["_tag"]]?: (value: Extract<M, { readonly _tag: K }>) => string }
 
 /**
  * A service's protocol, from its union of tagged classes and tagged requests (`Schema.Union` of
  * one member is that member itself).
  */
-export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>): Protocol<A> => {
+export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>, encoders?: Encoders<A>): Protocol<A> => {
   const members = "members" in schema ? schema.members : [schema]
   if (!Array.isArray(members) || !members.every((m): m is Member => Schema.isSchema(m))) {
     throw new Error("a peer protocol is a Schema.Union of tagged classes, tagged requests and tagged structs")
   }
-  return new Protocol<A>(members)
+  return new Protocol<A>(members, encoders)
 }
