@@ -25,16 +25,16 @@ import { Bus, type BusMessage } from "./Bus.ts"
 import { closeSocket, edgeIdOf, endActor, type Frame, opens as openRequests, socket } from "./EdgeLink.ts"
 import * as Handoff from "./Handoff.ts"
 import { annotated, type HostContext, HostedActor, HostedActors } from "./HostedActor.ts"
-import { Kv, typed } from "./Kv.ts"
+import { Kv } from "./Kv.ts"
 import * as Liveness from "./Liveness.ts"
 import { Mailbox } from "./Mailbox.ts"
 import type * as Peer from "./Peer.ts"
-import { ConnectionRecord, ownership } from "./SessionStore.ts"
+import { connectionRecords, ownership } from "./SessionStore.ts"
 import * as Subjects from "./Subjects.ts"
 
 export { edgeLink, type Frame, type HttpExchange, opens, requestOpen, type Socket, unsafeRequestOpen } from "./EdgeLink.ts"
 export type { HandoffCounts } from "./Handoff.ts"
-export { ConnectionRecord, sessionStore } from "./SessionStore.ts"
+export { ConnectionRecord, connectionRecords, sessionStore } from "./SessionStore.ts"
 
 export interface Connection extends Peer.Sender {
   readonly id: Subjects.ConnId
@@ -124,7 +124,7 @@ export const host = <R, M extends Peer.Message = never, S = never, I = S>(option
     const bus = yield* Bus
     const kv = yield* Kv
     const heartbeat = Duration.decode(options.replicaHeartbeat ?? "2 seconds")
-    const connections = ownership(typed(yield* kv.bucket(Subjects.Bucket.connections), ConnectionRecord))
+    const connections = ownership(connectionRecords(yield* kv.bucket(Subjects.Bucket.connections)))
     const edges = yield* kv.bucket(Subjects.Bucket.edges)
     const replicas = yield* kv.bucket(Subjects.Bucket.replicas)
     yield* Liveness.checkHeartbeat(heartbeat)

@@ -49,7 +49,7 @@ export interface HttpExchange {
 }
 
 /** What a service's `open` queue group is asked: `requestOpen` asks, the actor host serves. */
-export const opens = Peer.protocol(Host.Opens, { Open: Host.encodeOpen })
+export const opens = Peer.protocol(Host.Opens, { encode: { Open: Host.encodeOpen }, decode: { Open: Host.decodeOpenFast } })
 
 /**
  * The edge's side of `open`: asks `service`'s queue group to host `conn`'s actor, and succeeds

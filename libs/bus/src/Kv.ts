@@ -124,9 +124,14 @@ export const followByWatch = (bucket: Pick<KvBucketShape, "name" | "watch" | "ke
 
 const decoder = new TextDecoder()
 
-export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>): TypedBucket<A> => {
+/**
+ * A bucket of `schema`'s values, as JSON. `encodeFast` writes a value in place of the Schema's
+ * encode, for a record written once per connection (`SessionStore.connectionRecords`): it must
+ * write what the Schema writes, tested against it.
+ */
+export const typed = <A, I>(bucket: KvBucketShape, schema: Schema.Schema<A, I>, encodeFast?: (value: A) => string): TypedBucket<A> => {
   const codec = Schema.parseJson(schema)
-  const encode = Schema.encodeSync(codec)
+  const encode = encodeFast ?? Schema.encodeSync(codec)
   const decode = Schema.decodeUnknownOption(codec)
   const read = (entry: KvEntry) => decode(decoder.decode(entry.value))
   const get = (key: string) =>

@@ -186,17 +186,21 @@ export class Protocol<M extends Message> implements Codec {
   private readonly members = new Map<string, {
     readonly encode: (value: M) => string
     readonly decode: (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
+    readonly decodeFast: ((parsed: unknown) => M | undefined) | undefined
   }>()
   /** Header records per tag, the same record every time: adapters may cache what they derive from it. */
   private readonly untraced = new Map<string, Headers>()
 
-  constructor(members: ReadonlyArray<Member>, encoders?: Encoders<M>) {
+  constructor(members: ReadonlyArray<Member>, fast?: FastPaths<M>) {
+    const encoders = fast?.encode as Record<string, (value: M) => string> | undefined
+    const decoders = fast?.decode as Record<string, (parsed: unknown) => M | undefined> | undefined
     for (const member of members) {
       const tag = tagOf(member)
       if (tag === undefined) throw new Error("a peer protocol's members are tagged classes, tagged requests or tagged structs")
       this.members.set(tag, {
-        encode: (encoders as Record<string, (value: M) => string> | undefined)?.[tag] ?? Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
-        decode: Schema.decodeUnknownEither(member) as (parsed: unknown) => Either.Either<M, ParseResult.ParseError>
+        encode: encoders?.[tag] ?? Schema.encodeSync(Schema.parseJson(member)) as (value: M) => string,
+        decode: Schema.decodeUnknownEither(member) as (parsed: unknown) => Either.Either<M, ParseResult.ParseError>,
+        decodeFast: decoders?.[tag]
       })
       this.untraced.set(tag, Envelope.encodeEdgeIn({ _tag: "Peer", kind: tag }))
     }
@@ -299,6 +303,8 @@ export class Protocol<M extends Message> implements Codec {
     // and what comes after a parse (Schemas, JSON.stringify of a forwarded answer) recurses.
     const parsed = Json.parse(text(message), PEER_DEPTH)
     if (Either.isLeft(parsed)) return Either.left(`malformed ${tag}: ${parsed.left}`)
+    const fast = member.decodeFast?.(parsed.right)
+    if (fast !== undefined) return Either.right(fast)
     return Either.mapLeft(member.decode(parsed.right), (e) => `malformed ${tag}: ${e.message}`)
   }
 
@@ -366,19 +372,24 @@ const replyOver = (bus: BusShape, subject: string | undefined): ReplyTo =>
   subject === undefined ? noReply : (request) => remoteReply(bus, subject, PeerExit.ofRequest(request))
 
 /**
- * Hand-written encoders of a protocol's hottest members, by tag, in place of their Schemas' (an
- * edge's `Open`, sent per socket): each must write what its Schema writes, tested against it.
+ * Hand-written codecs of a protocol's hottest members, by tag (an edge's `Open`, sent per socket),
+ * each tested against its Schema: an encoder in place of the Schema's, which must write what the
+ * Schema writes; a decoder before the Schema's, which returns what the Schema would, or
+ * `undefined` for the Schema to decode (and say why).
  */
-export type Encoders<M extends Message> = { readonly [K in M["_tag"]]?: (value: Extract<M, { readonly _tag: K }>) => string }
+export interface FastPaths<M extends Message> {
+  readonly encode?: { readonly [K in M["_tag"]]?: (value: Extract<M, { readonly _tag: K }>) => string }
+  readonly decode?: { readonly [K in M["_tag"]]?: (parsed: unknown) => Extract<M, { readonly _tag: K }> | undefined }
+}
 
 /**
  * A service's protocol, from its union of tagged classes and tagged requests (`Schema.Union` of
  * one member is that member itself).
  */
-export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>, encoders?: Encoders<A>): Protocol<A> => {
+export const protocol = <A extends Message, I>(schema: Schema.Schema<A, I>, fast?: FastPaths<A>): Protocol<A> => {
   const members = "members" in schema ? schema.members : [schema]
   if (!Array.isArray(members) || !members.every((m): m is Member => Schema.isSchema(m))) {
     throw new Error("a peer protocol is a Schema.Union of tagged classes, tagged requests and tagged structs")
   }
-  return new Protocol<A>(members, encoders)
+  return new Protocol<A>(members, fast)
 }

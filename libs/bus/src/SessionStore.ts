@@ -7,7 +7,7 @@ import { Edge } from "@switchboard/protocol"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import type { TypedBucket } from "./Kv.ts"
+import { type KvBucketShape, typed, type TypedBucket } from "./Kv.ts"
 import * as Subjects from "./Subjects.ts"
 
 /**
@@ -33,6 +33,16 @@ export const ConnectionRecord = Schema.Struct({
   open: Edge.OpenEvent
 })
 export type ConnectionRecord = typeof ConnectionRecord.Type
+
+/**
+ * A connection record as its Schema encodes it, written by hand (see `Edge.openEventJson`): one
+ * is written per connection. `SessionStore.test.ts` holds it to the Schema.
+ */
+export const encodeConnectionRecord = (r: ConnectionRecord): string =>
+  JSON.stringify({ service: r.service, replica: r.replica, edge: r.edge, open: Edge.openEventJson(r.open) })
+
+/** The `connections` bucket, typed. */
+export const connectionRecords = (bucket: KvBucketShape): TypedBucket<ConnectionRecord> => typed(bucket, ConnectionRecord, encodeConnectionRecord)
 
 /**
  * The host's ownership records, keyed by connection id. A record names the replica that holds

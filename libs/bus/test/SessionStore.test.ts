@@ -12,7 +12,7 @@ import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
 import * as Actors from "../src/Actors.ts"
 import { Kv, typed } from "../src/Kv.ts"
-import { ownership } from "../src/SessionStore.ts"
+import { ConnectionRecord, encodeConnectionRecord, ownership } from "../src/SessionStore.ts"
 import * as Subjects from "../src/Subjects.ts"
 import { onEmbeddedBus, recordingHost, within } from "./hosting.ts"
 
@@ -74,4 +74,17 @@ describe("the session store (embedded KV)", () => {
       yield* within(client.ended)
       expect(yield* Effect.orDie(records.get(client.conn))).toEqual(Option.none())
     })))
+})
+
+describe("the connection record on the wire", () => {
+  const withSchema = Schema.encodeSync(Schema.parseJson(ConnectionRecord))
+  it.each<ConnectionRecord["open"]>([
+    { path: "/tabs", query: {}, openedAt: 1 },
+    { path: "/mcp", query: { a: "1" }, openedAt: 2, origin: "https://app.example", protocol: "mcp", transport: "http" },
+    { path: "/hub", query: {}, openedAt: 3, claims: { sub: "alice", exp: 4, iat: 1, privilege: "restricted", topics: ["t"], admin: false } },
+    { path: "/tabs", query: {}, openedAt: 5, stray: true, claims: { sub: "bob", stray: 1 } } as unknown as ConnectionRecord["open"]
+  ])("is written by hand as its Schema writes it: %j", (open) => {
+    const record = { service: "router", replica: "r-1", edge: "edge-1", open }
+    expect(encodeConnectionRecord(record)).toBe(withSchema(record))
+  })
 })

@@ -19,6 +19,47 @@ export const Claims = Schema.Struct({
 })
 export type Claims = typeof Claims.Type
 
+/**
+ * Claims as their Schema encodes them to JSON: the declared fields only, in the Schema's order
+ * (JSON.stringify leaves out what is `undefined`). For the hand-written codecs of what carries
+ * claims once per connection (`Edge.openEventJson`).
+ */
+export const claimsJson = (c: Claims): Claims => ({ sub: c.sub, exp: c.exp, iat: c.iat, privilege: c.privilege, topics: c.topics, admin: c.admin })
+
+const isStrings = (u: unknown): u is ReadonlyArray<string> => Array.isArray(u) && u.every((t) => typeof t === "string")
+
+/**
+ * What `Claims`' Schema decodes from parsed JSON, written by hand: `undefined` wherever it is not
+ * sure, for the Schema to decode and say why. `Host.test.ts` holds it to the Schema.
+ */
+export const decodeClaimsFast = (u: unknown): Claims | undefined => {
+  if (typeof u !== "object" || u === null || Array.isArray(u)) return undefined
+  const { admin, exp, iat, privilege, sub, topics } = u as Record<string, unknown>
+  if (typeof sub !== "string" || sub === "") return undefined
+  const claims: { -readonly [K in keyof Claims]: Claims[K] } = { sub }
+  if (exp !== undefined) {
+    if (typeof exp !== "number") return undefined
+    claims.exp = exp
+  }
+  if (iat !== undefined) {
+    if (typeof iat !== "number") return undefined
+    claims.iat = iat
+  }
+  if (privilege !== undefined) {
+    if (privilege !== "full" && privilege !== "restricted") return undefined
+    claims.privilege = privilege
+  }
+  if (topics !== undefined) {
+    if (!isStrings(topics)) return undefined
+    claims.topics = topics
+  }
+  if (admin !== undefined) {
+    if (typeof admin !== "boolean") return undefined
+    claims.admin = admin
+  }
+  return claims
+}
+
 /** The auth service checked the token and refused it; `reason` says why (expired, bad signature...). */
 export class TokenRefused extends Schema.TaggedError<TokenRefused>()("TokenRefused", { reason: Schema.String }) {}
 

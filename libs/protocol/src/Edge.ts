@@ -3,7 +3,7 @@
  * as raw bytes with headers (see `@switchboard/bus/Subjects`), never wrapped in JSON.
  */
 import * as Schema from "effect/Schema"
-import { Claims } from "./Auth.ts"
+import { Claims, claimsJson, decodeClaimsFast } from "./Auth.ts"
 
 /** Body of a connection's `open` request to its service's queue group. */
 export const OpenEvent = Schema.Struct({
@@ -22,6 +22,59 @@ export const OpenEvent = Schema.Struct({
   transport: Schema.optional(Schema.Literal("http"))
 })
 export type OpenEvent = typeof OpenEvent.Type
+
+/**
+ * An open event as its Schema encodes it to JSON: the declared fields only, in the Schema's order.
+ * Every connection's open carries one twice (the edge's `Open`, the service's connection record),
+ * and the Schema's encode of it and its claims allocated about 6 KB of each (issue 29). It checks
+ * nothing: an event is built by an edge from what it checked itself, and read back with the Schema.
+ */
+export const openEventJson = (e: OpenEvent): OpenEvent => ({
+  path: e.path,
+  query: e.query,
+  origin: e.origin,
+  protocol: e.protocol,
+  claims: e.claims === undefined ? undefined : claimsJson(e.claims),
+  openedAt: e.openedAt,
+  transport: e.transport
+})
+
+/** A query as its Schema decodes it: strings only, and no key that an object literal cannot hold as its own. */
+const isQuery = (u: unknown): u is OpenEvent["query"] => {
+  if (typeof u !== "object" || u === null || Array.isArray(u) || Object.hasOwn(u, "__proto__")) return false
+  for (const key in u) if (typeof (u as Record<string, unknown>)[key] !== "string") return false
+  return true
+}
+
+/**
+ * What `OpenEvent`'s Schema decodes from parsed JSON, written by hand for the services' side of
+ * every open: `undefined` wherever it is not sure, for the Schema to decode and say why.
+ * `Host.test.ts` holds it to the Schema.
+ */
+export const decodeOpenEventFast = (u: unknown): OpenEvent | undefined => {
+  if (typeof u !== "object" || u === null || Array.isArray(u)) return undefined
+  const { claims, openedAt, origin, path, protocol, query, transport } = u as Record<string, unknown>
+  if (typeof path !== "string" || !isQuery(query) || typeof openedAt !== "number") return undefined
+  const event: { -readonly [K in keyof OpenEvent]: OpenEvent[K] } = { path, query, openedAt }
+  if (origin !== undefined) {
+    if (typeof origin !== "string") return undefined
+    event.origin = origin
+  }
+  if (protocol !== undefined) {
+    if (typeof protocol !== "string") return undefined
+    event.protocol = protocol
+  }
+  if (claims !== undefined) {
+    const decoded = decodeClaimsFast(claims)
+    if (decoded === undefined) return undefined
+    event.claims = decoded
+  }
+  if (transport !== undefined) {
+    if (transport !== "http") return undefined
+    event.transport = transport
+  }
+  return event
+}
 
 /** An edge's heartbeat record in the `edges` bucket; the key expires when the edge dies. */
 export const EdgeHeartbeat = Schema.Struct({

@@ -5,8 +5,7 @@
  * (`Forward`); a replica whose heartbeat lapsed is asked whether it still runs (`Ping`).
  */
 import * as Schema from "effect/Schema"
-import type { Claims } from "./Auth.ts"
-import { OpenEvent } from "./Edge.ts"
+import { decodeOpenEventFast, OpenEvent, openEventJson } from "./Edge.ts"
 
 /** The service will not take the connection; the edge closes the socket with `code` and `reason`. */
 export class OpenRefused extends Schema.TaggedError<OpenRefused>()("OpenRefused", { code: Schema.Int, reason: Schema.String }) {}
@@ -21,28 +20,23 @@ export class Open extends Schema.TaggedRequest<Open>()("Open", {
   payload: { conn: Schema.String, edge: Schema.String, event: OpenEvent }
 }) {}
 
-/** A token's claims, its declared fields only, in the Schema's order (`undefined` is left out of the JSON). */
-const claimsJson = (c: Claims): Claims => ({ sub: c.sub, exp: c.exp, iat: c.iat, privilege: c.privilege, topics: c.topics, admin: c.admin })
+/**
+ * An `Open` as its Schema encodes it to JSON, written by hand: an edge sends one per socket (see
+ * `Edge.openEventJson`). `Host.test.ts` holds it to the Schema.
+ */
+export const encodeOpen = (open: Open): string =>
+  JSON.stringify({ _tag: "Open", conn: open.conn, edge: open.edge, event: openEventJson(open.event) })
 
 /**
- * An `Open` as its Schema encodes it to JSON, written by hand: an edge sends one per socket, and
- * the Schema's encode of the event and its claims allocated about 6 KB of every handshake (issue
- * 29). It takes the declared fields only, in the Schema's order, as the Schema does, and checks
- * nothing: what it is given is the edge's own, built from what it checked itself (the receiver
- * decodes it with the Schema). `Host.test.ts` holds it to the Schema.
+ * What `Open`'s Schema decodes from parsed JSON, written by hand for the service's side of every
+ * open: `undefined` wherever it is not sure, for the Schema to decode and say why.
  */
-export const encodeOpen = (open: Open): string => {
-  const e = open.event
-  const event: OpenEvent = {
-    path: e.path,
-    query: e.query,
-    origin: e.origin,
-    protocol: e.protocol,
-    claims: e.claims === undefined ? undefined : claimsJson(e.claims),
-    openedAt: e.openedAt,
-    transport: e.transport
-  }
-  return JSON.stringify({ _tag: "Open", conn: open.conn, edge: open.edge, event })
+export const decodeOpenFast = (u: unknown): Open | undefined => {
+  if (typeof u !== "object" || u === null) return undefined
+  const { _tag, conn, edge, event } = u as Record<string, unknown>
+  if (_tag !== "Open" || typeof conn !== "string" || typeof edge !== "string") return undefined
+  const decoded = decodeOpenEventFast(event)
+  return decoded === undefined ? undefined : new Open({ conn, edge, event: decoded }, true)
 }
 
 /** The replica asked to adopt did not take the connection. */

@@ -73,7 +73,7 @@ export const make = (
     const { tracer } = yield* Telemetry.Tracing
     const bus = yield* Bus.Bus
     const auth = yield* AuthClient.AuthClient
-    const connections = Kv.typed(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.connections), Actors.ConnectionRecord)
+    const connections = Actors.connectionRecords(yield* (yield* Kv.Kv).bucket(Subjects.Bucket.connections))
     const config = {
       maxBody: yield* EdgeConfig.httpMaxBody,
       keepAlive: yield* EdgeConfig.httpKeepAlive,
