@@ -5,6 +5,7 @@
  * `user_id` (the MCP Proxy Protocol's name) or a configured claim; nothing else re-reads the JWT.
  */
 import * as Schema from "effect/Schema"
+import { isBoolean, isNumber, isString, optionalField } from "./Json.ts"
 
 export const Privilege = Schema.Literal("full", "restricted")
 export type Privilege = typeof Privilege.Type
@@ -26,7 +27,8 @@ export type Claims = typeof Claims.Type
  */
 export const claimsJson = (c: Claims): Claims => ({ sub: c.sub, exp: c.exp, iat: c.iat, privilege: c.privilege, topics: c.topics, admin: c.admin })
 
-const isStrings = (u: unknown): u is ReadonlyArray<string> => Array.isArray(u) && u.every((t) => typeof t === "string")
+const isStrings = (u: unknown): u is ReadonlyArray<string> => Array.isArray(u) && u.every(isString)
+const isPrivilege = (u: unknown): u is Privilege => u === "full" || u === "restricted"
 
 /**
  * What `Claims`' Schema decodes from parsed JSON, written by hand: `undefined` wherever it is not
@@ -37,27 +39,10 @@ export const decodeClaimsFast = (u: unknown): Claims | undefined => {
   const { admin, exp, iat, privilege, sub, topics } = u as Record<string, unknown>
   if (typeof sub !== "string" || sub === "") return undefined
   const claims: { -readonly [K in keyof Claims]: Claims[K] } = { sub }
-  if (exp !== undefined) {
-    if (typeof exp !== "number") return undefined
-    claims.exp = exp
-  }
-  if (iat !== undefined) {
-    if (typeof iat !== "number") return undefined
-    claims.iat = iat
-  }
-  if (privilege !== undefined) {
-    if (privilege !== "full" && privilege !== "restricted") return undefined
-    claims.privilege = privilege
-  }
-  if (topics !== undefined) {
-    if (!isStrings(topics)) return undefined
-    claims.topics = topics
-  }
-  if (admin !== undefined) {
-    if (typeof admin !== "boolean") return undefined
-    claims.admin = admin
-  }
-  return claims
+  const taken = optionalField(claims, "exp", exp, isNumber) && optionalField(claims, "iat", iat, isNumber) &&
+    optionalField(claims, "privilege", privilege, isPrivilege) && optionalField(claims, "topics", topics, isStrings) &&
+    optionalField(claims, "admin", admin, isBoolean)
+  return taken ? claims : undefined
 }
 
 /** The auth service checked the token and refused it; `reason` says why (expired, bad signature...). */

@@ -4,6 +4,7 @@
  */
 import * as Schema from "effect/Schema"
 import { Claims, claimsJson, decodeClaimsFast } from "./Auth.ts"
+import { isString, optionalField } from "./Json.ts"
 
 /** Body of a connection's `open` request to its service's queue group. */
 export const OpenEvent = Schema.Struct({
@@ -56,23 +57,12 @@ export const decodeOpenEventFast = (u: unknown): OpenEvent | undefined => {
   const { claims, openedAt, origin, path, protocol, query, transport } = u as Record<string, unknown>
   if (typeof path !== "string" || !isQuery(query) || typeof openedAt !== "number") return undefined
   const event: { -readonly [K in keyof OpenEvent]: OpenEvent[K] } = { path, query, openedAt }
-  if (origin !== undefined) {
-    if (typeof origin !== "string") return undefined
-    event.origin = origin
-  }
-  if (protocol !== undefined) {
-    if (typeof protocol !== "string") return undefined
-    event.protocol = protocol
-  }
-  if (claims !== undefined) {
-    const decoded = decodeClaimsFast(claims)
-    if (decoded === undefined) return undefined
-    event.claims = decoded
-  }
-  if (transport !== undefined) {
-    if (transport !== "http") return undefined
-    event.transport = transport
-  }
+  if (!optionalField(event, "origin", origin, isString) || !optionalField(event, "protocol", protocol, isString)) return undefined
+  if (!optionalField(event, "transport", transport, (t): t is "http" => t === "http")) return undefined
+  if (claims === undefined) return event
+  const decoded = decodeClaimsFast(claims)
+  if (decoded === undefined) return undefined
+  event.claims = decoded
   return event
 }
 

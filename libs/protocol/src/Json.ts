@@ -54,3 +54,19 @@ export const parse = (text: string, max = MAX_DEPTH): Either.Either<unknown, str
     return Either.left(e instanceof Error ? e.message : "invalid JSON")
   }
 }
+
+/**
+ * For a hand-written decoder of parsed JSON (a twin of a Schema's, as `Edge.decodeOpenEventFast`):
+ * copies an optional field onto `out` when it is present and `is` of its type; false when it is
+ * present and is not, for the decoder to leave the value to its Schema.
+ */
+export const optionalField = <O, K extends keyof O>(out: O, key: K, value: unknown, is: (u: unknown) => u is O[K]): boolean => {
+  if (value === undefined) return true
+  if (!is(value)) return false
+  out[key] = value
+  return true
+}
+
+export const isString = (u: unknown): u is string => typeof u === "string"
+export const isNumber = (u: unknown): u is number => typeof u === "number"
+export const isBoolean = (u: unknown): u is boolean => typeof u === "boolean"
