@@ -9,6 +9,7 @@
  * words, as before. The two agree by construction: the exit Schema encodes a success's value with
  * the success Schema and wraps it in `{ _tag, value }`, and `PeerExit.test.ts` holds them to it.
  */
+import { JsonRpc } from "@switchboard/protocol"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import type * as ParseResult from "effect/ParseResult"
@@ -43,7 +44,7 @@ const successOf = (text: string): { readonly value?: unknown } | undefined => {
   } catch {
     return undefined
   }
-  return typeof parsed === "object" && parsed !== null && (parsed as { readonly _tag?: unknown })._tag === "Success" ? parsed : undefined
+  return JsonRpc.isRecord(parsed) && parsed["_tag"] === "Success" ? parsed : undefined
 }
 
 const make = (result: Pick<RequestClass, "success" | "failure">): ExitCodec => {

@@ -4,8 +4,10 @@
  * `sub` here is the user as the auth service resolved it, so it may come from the token's
  * `user_id` (the MCP Proxy Protocol's name) or a configured claim; nothing else re-reads the JWT.
  */
+import { isBoolean, isNumber, isString } from "effect/Predicate"
 import * as Schema from "effect/Schema"
-import { isBoolean, isNumber, isString, optionalField } from "./Json.ts"
+import { isRecord } from "./browser/JsonRpc.ts"
+import { optionalField } from "./Json.ts"
 
 export const Privilege = Schema.Literal("full", "restricted")
 export type Privilege = typeof Privilege.Type
@@ -35,8 +37,8 @@ const isPrivilege = (u: unknown): u is Privilege => u === "full" || u === "restr
  * sure, for the Schema to decode and say why. `Host.test.ts` holds it to the Schema.
  */
 export const decodeClaimsFast = (u: unknown): Claims | undefined => {
-  if (typeof u !== "object" || u === null || Array.isArray(u)) return undefined
-  const { admin, exp, iat, privilege, sub, topics } = u as Record<string, unknown>
+  if (!isRecord(u)) return undefined
+  const { admin, exp, iat, privilege, sub, topics } = u
   if (typeof sub !== "string" || sub === "") return undefined
   const claims: { -readonly [K in keyof Claims]: Claims[K] } = { sub }
   const taken = optionalField(claims, "exp", exp, isNumber) && optionalField(claims, "iat", iat, isNumber) &&

@@ -2,9 +2,11 @@
  * The envelope bodies between edges and services that are not client frames. Client frames travel
  * as raw bytes with headers (see `@switchboard/bus/Subjects`), never wrapped in JSON.
  */
+import { isString } from "effect/Predicate"
 import * as Schema from "effect/Schema"
 import { Claims, claimsJson, decodeClaimsFast } from "./Auth.ts"
-import { isString, optionalField } from "./Json.ts"
+import { isRecord } from "./browser/JsonRpc.ts"
+import { optionalField } from "./Json.ts"
 
 /** Body of a connection's `open` request to its service's queue group. */
 export const OpenEvent = Schema.Struct({
@@ -42,8 +44,8 @@ export const openEventJson = (e: OpenEvent): OpenEvent => ({
 
 /** A query as its Schema decodes it: strings only, and no key that an object literal cannot hold as its own. */
 const isQuery = (u: unknown): u is OpenEvent["query"] => {
-  if (typeof u !== "object" || u === null || Array.isArray(u) || Object.hasOwn(u, "__proto__")) return false
-  for (const key in u) if (typeof (u as Record<string, unknown>)[key] !== "string") return false
+  if (!isRecord(u) || Object.hasOwn(u, "__proto__")) return false
+  for (const key in u) if (typeof u[key] !== "string") return false
   return true
 }
 
@@ -53,8 +55,8 @@ const isQuery = (u: unknown): u is OpenEvent["query"] => {
  * `Host.test.ts` holds it to the Schema.
  */
 export const decodeOpenEventFast = (u: unknown): OpenEvent | undefined => {
-  if (typeof u !== "object" || u === null || Array.isArray(u)) return undefined
-  const { claims, openedAt, origin, path, protocol, query, transport } = u as Record<string, unknown>
+  if (!isRecord(u)) return undefined
+  const { claims, openedAt, origin, path, protocol, query, transport } = u
   if (typeof path !== "string" || !isQuery(query) || typeof openedAt !== "number") return undefined
   const event: { -readonly [K in keyof OpenEvent]: OpenEvent[K] } = { path, query, openedAt }
   if (!optionalField(event, "origin", origin, isString) || !optionalField(event, "protocol", protocol, isString)) return undefined

@@ -5,6 +5,7 @@
  * (`Forward`); a replica whose heartbeat lapsed is asked whether it still runs (`Ping`).
  */
 import * as Schema from "effect/Schema"
+import { isRecord } from "./browser/JsonRpc.ts"
 import { decodeOpenEventFast, OpenEvent, openEventJson } from "./Edge.ts"
 
 /** The service will not take the connection; the edge closes the socket with `code` and `reason`. */
@@ -32,8 +33,8 @@ export const encodeOpen = (open: Open): string =>
  * open: `undefined` wherever it is not sure, for the Schema to decode and say why.
  */
 export const decodeOpenFast = (u: unknown): Open | undefined => {
-  if (typeof u !== "object" || u === null) return undefined
-  const { _tag, conn, edge, event } = u as Record<string, unknown>
+  if (!isRecord(u)) return undefined
+  const { _tag, conn, edge, event } = u
   if (_tag !== "Open" || typeof conn !== "string" || typeof edge !== "string") return undefined
   const decoded = decodeOpenEventFast(event)
   return decoded === undefined ? undefined : new Open({ conn, edge, event: decoded }, true)

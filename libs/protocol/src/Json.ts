@@ -66,7 +66,3 @@ export const optionalField = <O, K extends keyof O>(out: O, key: K, value: unkno
   out[key] = value
   return true
 }
-
-export const isString = (u: unknown): u is string => typeof u === "string"
-export const isNumber = (u: unknown): u is number => typeof u === "number"
-export const isBoolean = (u: unknown): u is boolean => typeof u === "boolean"
