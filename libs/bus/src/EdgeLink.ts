@@ -65,7 +65,7 @@ export const requestOpen = (
   timeout: Duration.DurationInput
 ) =>
   // Built from what the edge checked itself: no validation on construction.
-  opens.callOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout })
+  opens.callOn(bus, Subjects.open(service), Host.makeOpen(conn, edge, event), { timeout })
 
 /**
  * `requestOpen` with a callback, as the edge asks for every socket: no fiber waits the moments
@@ -80,7 +80,7 @@ export const unsafeRequestOpen = (
   event: Edge.OpenEvent,
   timeout: Duration.DurationInput,
   onExit: (exit: Exit.Exit<void, Host.OpenRefused | Peer.PeerTimeout | Peer.PeerUnavailable>) => void
-): void => void opens.unsafeCallOn(bus, Subjects.open(service), new Host.Open({ conn, edge, event }, true), { timeout }, onExit)
+): void => void opens.unsafeCallOn(bus, Subjects.open(service), Host.makeOpen(conn, edge, event), { timeout }, onExit)
 
 /**
  * A frame as the actor reads it: its text is decoded, and its envelope read, only when asked. A

@@ -6,9 +6,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Either from "effect/Either"
+import * as Equal from "effect/Equal"
 import * as Schema from "effect/Schema"
 import type { OpenEvent } from "../src/Edge.ts"
-import { decodeOpenFast, encodeOpen, Open } from "../src/Host.ts"
+import { decodeOpenFast, encodeOpen, makeOpen, Open } from "../src/Host.ts"
 
 const withSchema = Schema.encodeSync(Schema.parseJson(Open))
 const decodeWithSchema = Schema.decodeUnknownEither(Open)
@@ -70,6 +71,19 @@ const unsure: ReadonlyArray<unknown> = [open({ ...valid, query: JSON.parse(`{"__
 
 /** What a decode says, as plain data: the value, or that it refused. */
 const outcome = (e: Either.Either<unknown, unknown>) => (Either.isRight(e) ? { accepted: e.right } : "refused")
+
+describe("Host.makeOpen: the instance the Schema class's constructor makes", () => {
+  it.each(events)("%j", (event) => {
+    const made = makeOpen("c-1", "edge-1", event)
+    const constructed = new Open({ conn: "c-1", edge: "edge-1", event }, true)
+    expect(Object.getPrototypeOf(made)).toBe(Object.getPrototypeOf(constructed))
+    expect(Reflect.ownKeys(made)).toEqual(Reflect.ownKeys(constructed))
+    expect(made).toStrictEqual(constructed)
+    expect(Equal.equals(made, constructed)).toBe(true)
+    expect(Schema.is(Open)(made)).toBe(true)
+    expect(withSchema(made)).toBe(withSchema(constructed))
+  })
+})
 
 describe("Host.encodeOpen: the edge's open, as the Schema writes it", () => {
   it.each(events)("%j", (event) => {
