@@ -32,6 +32,22 @@ export const targetOf = (req: Http.IncomingMessage): URL | undefined => {
   return url
 }
 
+/**
+ * What a socket's open keeps of its target: the path, and the query the open event carries, which
+ * leaves the token out (the last value of a name wins). Taken at once, so that the `URL` and its
+ * parsed query do not wait through the token check and the service's answer (issue 29).
+ */
+export interface SocketTarget {
+  readonly path: string
+  readonly query: Readonly<Record<string, string>>
+}
+
+export const socketTarget = (url: URL): SocketTarget => {
+  const query: Record<string, string> = {}
+  for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
+  return { path: url.pathname, query }
+}
+
 /** Query names whose values are credentials, compared lowercased after decoding. */
 const CREDENTIALS: ReadonlySet<string> = new Set(["token", "access_token"])
 

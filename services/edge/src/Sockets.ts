@@ -17,11 +17,19 @@ import type * as Scope from "effect/Scope"
 import { randomUUID } from "node:crypto"
 import type * as Http from "node:http"
 import type { Duplex } from "node:stream"
-import type { WebSocket } from "ws"
 import type { Boundary } from "./Boundary.ts"
-import { closeSocket as closeWith, type EdgeSocket as Socket, frameOf, MAX_PENDING_FRAMES, socketLog } from "./EdgeSocket.ts"
+import {
+  closeSocket as closeWith,
+  type EdgeSocket as Socket,
+  type EdgeWebSocket,
+  frameOf,
+  MAX_PENDING_FRAMES,
+  type SocketEvents,
+  socketLog
+} from "./EdgeSocket.ts"
 import type { EdgeMetrics } from "./Metrics.ts"
 import type { ToSockets } from "./Outbound.ts"
+import type { SocketTarget } from "./Requests.ts"
 import type { Route } from "./Routes.ts"
 import * as SocketHolds from "./SocketHolds.ts"
 import * as SocketWrites from "./SocketWrites.ts"
@@ -57,8 +65,8 @@ export interface Sockets {
   readonly open: (
     req: Http.IncomingMessage,
     raw: Duplex,
-    ws: WebSocket,
-    url: URL,
+    ws: EdgeWebSocket,
+    target: SocketTarget,
     route: Route,
     claims: Auth.Claims | undefined
   ) => void
@@ -212,49 +220,38 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
     }
 
     // --- the socket's events ------------------------------------------------------------------
-    // One set of handlers for every socket, called with its ws as `this`, and the socket found by
-    // it: a closure per event and socket, and their context, were about 300 bytes of each idle
-    // socket, where an entry of this map is a tenth of that (issue 29). One try per event, no
-    // Effect: this runs once per frame.
+    // One set of handlers for every socket, which its ws (`EdgeWebSocket`) calls with it: no
+    // closure, listener or map entry per socket (issue 29). One try per event, no Effect: this
+    // runs once per frame.
 
-    const byWs = new Map<WebSocket, Socket>()
-
-    function onWsClose(this: WebSocket, code: number, reason: Buffer) {
-      const s = byWs.get(this)
-      if (s === undefined) return
-      byWs.delete(this)
-      try {
-        onClose(s, code, reason.toString())
-      } catch (cause) {
-        logCaught("edge: socket close handler threw", cause, socketLog(s))
+    const events: SocketEvents = {
+      close: (s, code, reason) => {
+        try {
+          onClose(s, code, reason.toString())
+        } catch (cause) {
+          logCaught("edge: socket close handler threw", cause, socketLog(s))
+        }
+      },
+      message: (s, data, isBinary) => {
+        try {
+          onFrame(s, data, isBinary)
+        } catch (cause) {
+          socketFailed(s, "message", cause)
+        }
+      },
+      pong: (s) => {
+        s.alive = true
+      },
+      error: (s, e) => {
+        // ws closes the socket itself (1002/1007/1009) and emits `close` after this; the close
+        // frame it sent says why, so the service and the log do too.
+        if (s.sentClose !== undefined) return
+        s.sentClose = e.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
+          ? [CloseCode.TooBig, `frame too large (over ${limitOf(s.path)} bytes)`]
+          : e.code === "WS_ERR_INVALID_UTF8"
+          ? [1007, "invalid UTF-8 in a text frame"]
+          : [CloseCode.ProtocolError, e.message]
       }
-    }
-
-    function onWsMessage(this: WebSocket, data: Buffer, isBinary: boolean) {
-      const s = byWs.get(this)
-      if (s === undefined) return
-      try {
-        onFrame(s, data, isBinary)
-      } catch (cause) {
-        socketFailed(s, "message", cause)
-      }
-    }
-
-    function onWsPong(this: WebSocket) {
-      const s = byWs.get(this)
-      if (s !== undefined) s.alive = true
-    }
-
-    function onWsError(this: WebSocket, e: Error & { readonly code?: string }) {
-      const s = byWs.get(this)
-      // ws closes the socket itself (1002/1007/1009) and emits `close` after this; the close
-      // frame it sent says why, so the service and the log do too.
-      if (s === undefined || s.sentClose !== undefined) return
-      s.sentClose = e.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
-        ? [CloseCode.TooBig, `frame too large (over ${limitOf(s.path)} bytes)`]
-        : e.code === "WS_ERR_INVALID_UTF8"
-        ? [1007, "invalid UTF-8 in a text frame"]
-        : [CloseCode.ProtocolError, e.message]
     }
 
     /** How long a socket waits for its service; the answer itself is awaited `LATE_ANSWERS` times as long. */
@@ -314,7 +311,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       tellClosed(s, CloseCode.InternalError, "could not start the session")
     }
 
-    const open: Sockets["open"] = (req, raw, ws, url, route, claims) => {
+    const open: Sockets["open"] = (req, raw, ws, { path, query }, route, claims) => {
       const id = Subjects.ConnId(randomUUID())
       const s: Socket = {
         id,
@@ -322,7 +319,7 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
         remote: req.socket.remoteAddress ?? "unknown",
         raw,
         corked: false,
-        path: url.pathname,
+        path,
         route,
         subject: Subjects.conn(route.service, id),
         frameHeaders: Envelope.encodeEdgeIn(frameOf(id, edgeId, claims?.sub, false)),
@@ -343,16 +340,10 @@ export const make = (options: SocketsOptions): Effect.Effect<Sockets, Bus.BusErr
       }
       sockets.set(id, s)
       if (debugLogged) runFork(Effect.logDebug(`edge: opened ${s.path} with 101`).pipe(Effect.annotateLogs({ ...socketLog(s), user: s.user ?? "-" })))
-      byWs.set(ws, s)
-      ws.on("close", onWsClose)
+      ws.take(s, events)
       metrics.opened(s.path)
-      ws.on("message", onWsMessage)
-      ws.on("pong", onWsPong)
-      ws.on("error", onWsError)
-      const query: Record<string, string> = {}
-      for (const [k, v] of url.searchParams) if (k !== "token") query[k] = v
       // Built field by field: no temporary object per optional field, as a spread makes.
-      const event: { -readonly [K in keyof EdgeProtocol.OpenEvent]: EdgeProtocol.OpenEvent[K] } = { path: url.pathname, query, openedAt: Date.now() }
+      const event: { -readonly [K in keyof EdgeProtocol.OpenEvent]: EdgeProtocol.OpenEvent[K] } = { path, query, openedAt: Date.now() }
       const origin = req.headers.origin
       if (origin !== undefined) event.origin = origin
       if (ws.protocol !== "") event.protocol = ws.protocol

@@ -12,10 +12,11 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
-import { type WebSocket, WebSocketServer } from "ws"
+import { type Server, WebSocketServer } from "ws"
 import type { Boundary } from "./Boundary.ts"
+import { EdgeWebSocket } from "./EdgeSocket.ts"
 import type { OriginPolicy } from "./OriginPolicy.ts"
-import { headerToken, requestLog, targetOf, tokenTooLong } from "./Requests.ts"
+import { headerToken, requestLog, type SocketTarget, socketTarget, targetOf, tokenTooLong } from "./Requests.ts"
 import { type Route, routeKey, type RouteTable } from "./Routes.ts"
 
 export interface UpgradeOptions {
@@ -33,7 +34,7 @@ export interface UpgradeOptions {
   readonly isShuttingDown: () => boolean
   readonly boundary: Boundary
   /** Takes a socket past its handshake: from here it is the socket I/O's. */
-  readonly open: (req: Http.IncomingMessage, raw: Duplex, ws: WebSocket, url: URL, route: Route, claims: Auth.Claims | undefined) => void
+  readonly open: (req: Http.IncomingMessage, raw: Duplex, ws: EdgeWebSocket, target: SocketTarget, route: Route, claims: Auth.Claims | undefined) => void
 }
 
 export interface Upgrade {
@@ -102,11 +103,12 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
     }
 
     /** One ws server per frame limit: ws takes `maxPayload` per server. */
-    const servers = new Map<number, WebSocketServer>()
+    const servers = new Map<number, Server<typeof EdgeWebSocket>>()
     const serverFor = (limit: number) => {
       let wss = servers.get(limit)
       if (wss === undefined) {
-        wss = new WebSocketServer({
+        wss = new WebSocketServer<typeof EdgeWebSocket>({
+          WebSocket: EdgeWebSocket,
           noServer: true,
           maxPayload: limit,
           perMessageDeflate: false,
@@ -123,10 +125,10 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       return wss
     }
 
-    const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, url: URL, route: Route, claims: Auth.Claims | undefined) =>
-      serverFor(limitOf(url.pathname)).handleUpgrade(req, socket, head, (ws) => {
+    const accept = (req: Http.IncomingMessage, socket: Duplex, head: Buffer, target: SocketTarget, route: Route, claims: Auth.Claims | undefined) =>
+      serverFor(limitOf(target.path)).handleUpgrade(req, socket, head, (ws) => {
         try {
-          options.open(req, socket, ws, url, route, claims)
+          options.open(req, socket, ws, target, route, claims)
         } catch (cause) {
           // Past the handshake: the peer reads WebSocket frames now, not an HTTP error.
           logCaught("edge: opening a socket threw", cause, requestLog(req))
@@ -138,14 +140,14 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
      * Takes the user's slot once the token is verified, and upgrades. The peer may have gone while
      * the token was checked: a destroyed socket never emits `close` again, and its slot would stay.
      */
-    const acceptVerified = (req: Http.IncomingMessage, socket: Slotted, head: Buffer, url: URL, route: Route, claims: Auth.Claims) => {
+    const acceptVerified = (req: Http.IncomingMessage, socket: Slotted, head: Buffer, target: SocketTarget, route: Route, claims: Auth.Claims) => {
       if (socket.destroyed) return
       if (isShuttingDown()) return refuse(req, socket, 503, "shutting down")
       if (!byUser.tryTake(claims.sub)) {
         return refuse(req, socket, 429, `too many connections for user ${claims.sub} (at most ${options.perUser})`)
       }
       if (counted) socket[userSlot] = claims.sub
-      accept(req, socket, head, url, route, claims)
+      accept(req, socket, head, target, route, claims)
     }
 
     const upgrade = (req: Http.IncomingMessage, socket: Slotted, head: Buffer) => {
@@ -168,9 +170,10 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
         socket.on("close", releaseSlots)
       }
       const token = bearer(req, url)
+      const target = socketTarget(url)
       if (token === undefined) {
         if (route.auth === "upgrade") return refuse(req, socket, 401, "a bearer token is required (Authorization header or ?token=)")
-        return accept(req, socket, head, url, route, undefined)
+        return accept(req, socket, head, target, route, undefined)
       }
       const tooLong = tokenTooLong(token, options.maxTokenBytes)
       if (tooLong !== undefined) return refuse(req, socket, 401, `invalid token: ${tooLong}`)
@@ -178,7 +181,7 @@ export const make = (options: UpgradeOptions): Effect.Effect<Upgrade, never, Aut
       // scavenge and was old-generation garbage of every handshake (issue 29).
       auth.unsafeVerify(token, (verdict) => {
         try {
-          if (Exit.isSuccess(verdict)) return acceptVerified(req, socket, head, url, route, verdict.value)
+          if (Exit.isSuccess(verdict)) return acceptVerified(req, socket, head, target, route, verdict.value)
           const failure = Cause.failureOption(verdict.cause)
           if (Option.isSome(failure)) {
             const e = failure.value

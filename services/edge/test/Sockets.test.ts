@@ -14,9 +14,11 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
-import { WebSocketServer } from "ws"
+import { type Server, WebSocketServer } from "ws"
 import * as Boundary from "../src/Boundary.ts"
+import { EdgeWebSocket } from "../src/EdgeSocket.ts"
 import { EdgeMetrics } from "../src/Metrics.ts"
+import { socketTarget } from "../src/Requests.ts"
 import type { Route } from "../src/Routes.ts"
 import * as Outbound from "../src/Outbound.ts"
 import * as Sockets from "../src/Sockets.ts"
@@ -82,8 +84,8 @@ const setup = (
     }).pipe(Effect.provideService(Bus.Bus, bus))
     yield* Outbound.subscribe({ edgeId, sockets: sockets.outbound, http: undefined, logCaught: () => {} }).pipe(Effect.provideService(Bus.Bus, bus))
     const wss = yield* Effect.acquireRelease(
-      Effect.async<WebSocketServer>((resume) => {
-        const wss: WebSocketServer = new WebSocketServer({ port: 0, host: "127.0.0.1" }, () => resume(Effect.succeed(wss)))
+      Effect.async<Server<typeof EdgeWebSocket>>((resume) => {
+        const wss = new WebSocketServer<typeof EdgeWebSocket>({ port: 0, host: "127.0.0.1", WebSocket: EdgeWebSocket }, () => resume(Effect.succeed(wss)))
       }),
       (wss) =>
         Effect.async<void>((resume) => {
@@ -91,7 +93,7 @@ const setup = (
           wss.close(() => resume(Effect.void))
         })
     )
-    wss.on("connection", (ws, req) => sockets.open(req, req.socket, ws, new URL(req.url ?? "/", "http://edge"), route, undefined))
+    wss.on("connection", (ws, req) => sockets.open(req, req.socket, ws, socketTarget(new URL(req.url ?? "/", "http://edge")), route, undefined))
     const address = wss.address()
     const url = `ws://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}/echo`
     /** Puts a message on this edge's outbound subject, as a service does. */

@@ -37,6 +37,7 @@ const authDown = AuthClient.layer.pipe(Layer.provideMerge(MemoryBus.layer), Laye
 
 interface Opened {
   readonly path: string
+  readonly query: Readonly<Record<string, string>>
   readonly route: Route
   readonly claims: Auth.Claims | undefined
   readonly protocol: string
@@ -57,7 +58,7 @@ const serve = (options: Partial<Upgrade.UpgradeOptions> = {}) =>
       limitOf: () => 1024,
       isShuttingDown: () => shuttingDown,
       boundary: yield* Boundary.make,
-      open: (_req, _raw, ws, url, route, claims) => void Queue.unsafeOffer(opened, { path: url.pathname, route, claims, protocol: ws.protocol, ws }),
+      open: (_req, _raw, ws, target, route, claims) => void Queue.unsafeOffer(opened, { path: target.path, query: target.query, route, claims, protocol: ws.protocol, ws }),
       ...options
     })
     const server = yield* listen({ onUpgrade: upgrade.onUpgrade })
@@ -98,10 +99,11 @@ describe("the edge's upgrade", () => {
       expect(priv.path).toBe("/private")
       expect(priv.route.service).toBe("broker")
       expect(priv.claims?.sub).toBe("alice")
-      // A query token counts as the header does; the route's subprotocol is chosen when offered.
-      yield* connect(`${edge.ws}/hub?token=${token}`, { protocols: ["mcp"] })
+      // A query token counts as the header does, and is the one parameter the open leaves out; the
+      // route's subprotocol is chosen when offered.
+      yield* connect(`${edge.ws}/hub?a=1&token=${token}&b=x%20y&a=2`, { protocols: ["mcp"] })
       const hub = yield* Queue.take(edge.opened)
-      expect([hub.path, hub.claims?.sub, hub.protocol]).toEqual(["/hub", "alice", "mcp"])
+      expect([hub.path, hub.query, hub.claims?.sub, hub.protocol]).toEqual(["/hub", { a: "2", b: "x y" }, "alice", "mcp"])
       // In-band routes take sockets without a token: the protocol authenticates later.
       yield* connect(`${edge.ws}/open`)
       const open = yield* Queue.take(edge.opened)
