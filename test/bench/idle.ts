@@ -329,8 +329,26 @@ interface Subject {
 
 const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN)
 
+/**
+ * The resident KB of a process's main malloc heap (`[heap]` in its smaps), NaN where there is no
+ * such file. What its native objects take (a TCP socket's handle and wrap, about 0.6 KB) comes from
+ * here, and only grows RSS when its free space runs out: the plain `ws` server's startup left 10 MB
+ * of it free, which hid what its sockets take (issue 29).
+ */
+const mallocKb = (pid: number) => {
+  try {
+    const smaps = readFileSync(`/proc/${pid}/smaps`, "utf8")
+    const at = smaps.indexOf("[heap]\n")
+    return at < 0 ? 0 : Number(/Rss:\s+(\d+) kB/.exec(smaps.slice(at))?.[1] ?? NaN)
+  } catch {
+    return NaN
+  }
+}
+
 interface Memory {
   readonly rssKb: number
+  /** Of `rssKb`, the main malloc heap's (see `mallocKb`). */
+  readonly mallocKb: number
   /** V8 heap in use after the GC, in KB; NaN without an inspector. */
   readonly heapKb: number
   /**
@@ -376,7 +394,7 @@ const memory = async (subjects: ReadonlyArray<Subject>): Promise<Array<Memory>> 
   }))
   // RSS shrinks a moment after a GC, as V8 hands back the pages it emptied.
   await delay(500)
-  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), ...(heaps[i] ?? none) }))
+  return subjects.map((s, i) => ({ rssKb: rssKb(s.process.pid), mallocKb: mallocKb(s.process.pid), ...(heaps[i] ?? none) }))
 }
 
 // --- one path against fresh processes -------------------------------------------------------
@@ -443,6 +461,7 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
       ms.reduce((t, m) => t + (m === undefined ? NaN : Number.isNaN(of(m)) ? 0 : of(m)), 0)
     const sum = (ms: ReadonlyArray<Memory | undefined>): Memory => ({
       rssKb: ms.reduce((t, m) => t + (m?.rssKb ?? NaN), 0),
+      mallocKb: total(ms, (m) => m.mallocKb),
       heapKb: total(ms, (m) => m.heapKb),
       heapTotalKb: total(ms, (m) => m.heapTotalKb),
       externalKb: total(ms, (m) => m.externalKb),
@@ -472,6 +491,8 @@ const measurePath = (deployment: Deployment, handshake: Handshake, tokens: Reado
         heap_committed_kb_per_socket: finite(sockets === 0 ? NaN : (a.heapTotalKb - b.heapTotalKb) / sockets),
         new_space_kb_per_socket: finite(sockets === 0 ? NaN : (a.newSpaceKb - b.newSpaceKb) / sockets),
         external_kb_per_socket: finite(sockets === 0 ? NaN : (a.externalKb - b.externalKb) / sockets),
+        malloc_before_mb: finite(b.mallocKb / 1024),
+        malloc_kb_per_socket: finite(sockets === 0 ? NaN : (a.mallocKb - b.mallocKb) / sockets),
         // Only the spaces whose slack moved by at least 0.1 KB per socket.
         ...Object.fromEntries(
           Object.entries(a.slackKb)

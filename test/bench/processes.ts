@@ -1,6 +1,7 @@
 /**
- * The processes a benchmark measures: servers.ts kinds and the services' own main.ts, each started
- * for as long as a scope lives, and what they cost (RSS and CPU from /proc) over a measured window.
+ * The processes a benchmark measures: servers.ts kinds, the baselines of baselines.ts and the
+ * services' own main.ts, each started for as long as a scope lives, and what they cost (RSS and
+ * CPU from /proc) over a measured window.
  * Every suite starts its targets through here, so that all of them get the same environment.
  */
 import { NatsServer } from "@switchboard/testing"
@@ -14,6 +15,7 @@ import { issueToken, SECRET } from "./tokens.ts"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
 const serversFile = fileURLToPath(new URL("./servers.ts", import.meta.url))
+const baselinesFile = fileURLToPath(new URL("./baselines.ts", import.meta.url))
 /** When set, every server process writes a V8 CPU profile into this folder as it exits. */
 const PROFILE = process.env["BENCH_PROFILE"]
 
@@ -109,9 +111,9 @@ export const bundle = (entry: string): string => {
   return out
 }
 
-/** A server kind of servers.ts (prints `READY <port>`). */
+/** A server kind of servers.ts, or a baseline of baselines.ts (`plain`, `plain-http`); prints `READY <port>`. */
 export const startServer = (kind: string, env: Readonly<Record<string, string>> = {}) =>
-  startProcess(kind, serversFile, [kind], env, [/READY (\d+)/])
+  startProcess(kind, kind === "plain" || kind === "plain-http" ? baselinesFile : serversFile, [kind], env, [/READY (\d+)/])
 
 /** Ready lines of the services' own main.ts, logged at info. */
 export const Ready = {

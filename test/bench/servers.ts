@@ -3,9 +3,6 @@
  * not share its event loop: `servers.ts <kind>`, bundled like the services (processes.ts), prints
  * `READY <port>`.
  *
- * - plain:  a `ws` echo server, the baseline.
- * - plain-http: a `node:http` echo server (keep-alive, each POST's body back as JSON), the floor
- *   of any request/response protocol on HTTP/1.1 here.
  * - hub-floor: the least a `/hub` tools/call over HTTP must do, by hand in one process: parse the
  *   POST, one frame to the tab on `/tabs` and its answer back, the JSON response written (issue 28).
  * - relay:  a hand-written ws → NATS → echo → NATS → ws relay, what a minimal bus hop costs.
@@ -31,28 +28,7 @@ import * as LogLevel from "effect/LogLevel"
 import { type WebSocket, WebSocketServer } from "ws"
 import * as Echo from "../src/support/Echo.ts"
 import { answer, batchedSender, isId, isRecord, parseRecord } from "./frames.ts"
-
-const ready = (port: number) => process.stdout.write(`READY ${port}\n`)
-const wsOptions = { port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 1024 * 1024 } as const
-
-const plain = () => {
-  const wss = new WebSocketServer(wsOptions)
-  wss.on("connection", (ws) => ws.on("message", (data: Buffer) => ws.send(data, { binary: false })))
-  wss.on("listening", () => ready((wss.address() as { port: number }).port))
-}
-
-const plainHttp = () => {
-  const server = Http.createServer((req, res) => {
-    const chunks: Array<Buffer> = []
-    req.on("data", (c: Buffer) => chunks.push(c))
-    req.on("end", () => {
-      const body = Buffer.concat(chunks)
-      res.writeHead(200, { "content-type": "application/json", "content-length": body.byteLength }).end(body)
-    })
-  })
-  server.keepAliveTimeout = 60_000
-  server.listen(0, "127.0.0.1", () => ready((server.address() as { port: number }).port))
-}
+import { ready, wsOptions } from "./listen.ts"
 
 /**
  * A tools/call over Streamable HTTP at its least: the POST's JSON parsed, `browser/executeTool` to
@@ -354,15 +330,13 @@ const edge = () =>
   )
 
 const kind = process.argv[2]
-if (kind === "plain") plain()
-else if (kind === "plain-http") plainHttp()
-else if (kind === "hub-floor") hubFloor()
+if (kind === "hub-floor") hubFloor()
 else if (kind === "relay") await relay()
 else if (kind === "edge") edge()
 else if (kind === "naive-relay") naiveRelay()
 else if (kind === "nats-relay-edge") await natsRelayEdge()
 else if (kind === "nats-relay-router") await natsRelayRouter()
 else {
-  process.stderr.write(`unknown server kind ${kind}; use plain, plain-http, hub-floor, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
+  process.stderr.write(`unknown server kind ${kind}; use hub-floor, relay, edge, naive-relay, nats-relay-edge or nats-relay-router\n`)
   process.exit(2)
 }
