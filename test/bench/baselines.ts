@@ -9,7 +9,7 @@
  * Not in servers.ts: a process's memory depends on what it loaded. Loading that bundle (every
  * bench server, Switchboard's edge among them) left the plain server 14 MB of main malloc heap,
  * much of it free, and its sockets' native memory (0.6 KB each) came from there unseen in some runs
- * and not in others: the same plain server read 5.9 to 6.1 KB a socket in six runs and 6.8 to 6.9
+ * and not in others: the same plain server read 5.7 to 6.4 KB a socket in most runs and 6.8 to 6.9
  * in two (issue 29). Here it starts with 3 MB, and pays for its sockets as a server would.
  */
 import * as Http from "node:http"
